@@ -1,0 +1,31 @@
+# Two commands, each self-sufficient on a fresh machine: `make test` and `make demo`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.hndl-installed
+PACKS := plugins/hndl-ops-basic plugins/hndl-ops-vision plugins/hndl-ops-transformer plugins/hndl-pretrained
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install test demo clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PACKS))
+	$(PY) -m pip install --quiet --upgrade pip "setuptools>=68" wheel
+	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt \
+		-e '.[dev]' $(addprefix -e ,$(PACKS))
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: install
+	$(PY) -m pytest -q
+
+demo: install
+	$(PY) examples/mlp.py
+
+clean:
+	rm -rf $(VENV)

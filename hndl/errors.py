@@ -1,0 +1,112 @@
+"""HNDLError and the closed catalog of diagnostic codes.
+
+Every failure HNDL reports carries one code from ``CODES``, where it happened (source
+line/column, node, field), the chain of facts that led there, and at least one remedy the
+author can apply by hand. Constructing an error with a code outside the catalog is a bug in
+HNDL itself and fails loudly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+#: The closed catalog, in the order the specification lists it, with a default remedy each.
+CODES: dict[str, str] = {
+    "E_CONSTRAINT": "Change a literal or a contract so the declared relations agree.",
+    "E_RESHAPE": "Make the reshape factors multiply to the element count that reaches them.",
+    "E_AMBIGUOUS": "Give the dimension explicitly, or select a policy that fixes it.",
+    "E_UNRESOLVED": "Give the argument explicitly; no relation determines it.",
+    "E_DTYPE": "Connect a producer whose dtype matches the port, or change the declared dtype.",
+    "E_POLICY_CONFLICT": "Remove the conflicting literal or select a different policy.",
+    "E_ARGUMENT": "Check the operator's argument list in its catalog page.",
+    "E_PRETRAINED": "Check the checkpoint source and install the hndl[pretrained] extra.",
+    "E_INITIALIZATION": "Name an existing parameter and give a finite number or one scheme call.",
+    "E_TRAINABILITY": "Give a boolean, or one boolean per parameter name, without conflicts.",
+    "E_BINDING": "Bind every declared port to a tensor that exists earlier in the graph.",
+    "E_NAME": "Use a name defined earlier that is neither an operator alias nor reserved.",
+    "E_OUTPUT_ARITY": "Unpack exactly as many names as the operator has outputs.",
+    "E_OUTPUT": "Select one tensor for every declared output.",
+    "E_CURRENT": "Pass the tensor explicitly; the previous multi-output call cleared current.",
+    "E_SYNTAX": "Use only operator calls and simple assignments of python_config@1.",
+    "E_CAPTURE": "Use symbolic tensors only as operator arguments inside their own capture.",
+    "E_REGISTRY": "Fix the operator declaration or register each alias and identity once.",
+    "E_OPERATOR": "Register the operator, or opt its pack into the registry.",
+    "E_SCHEMA": "Correct the malformed contract, field, dtype or device.",
+    "E_INTEGRITY": "Restore the plan from an unmodified file.",
+    "E_RESOURCE": "Shrink the specification or raise the corresponding limit explicitly.",
+    "E_STATE_VERSION": "Register the operator version the saved plan names, or re-resolve.",
+    "E_RUNTIME": "Call the module with tensors that match its declared contract and device.",
+}
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a failure applies: source position, node and field, each optional."""
+
+    line: Optional[int] = None
+    column: Optional[int] = None
+    node: Optional[str] = None
+    field: Optional[str] = None
+    file: Optional[str] = None
+
+    def __str__(self) -> str:
+        parts = []
+        if self.node is not None:
+            parts.append(f"node {self.node}")
+        if self.field is not None:
+            parts.append(f"field {self.field}")
+        if self.line is not None:
+            where = f"line {self.line}"
+            if self.column is not None:
+                where += f", column {self.column}"
+            if self.file is not None:
+                where = f"{self.file}, {where}"
+            parts.append(where)
+        return "; ".join(parts)
+
+
+class HNDLError(Exception):
+    """A failure with a stable code, a location, a constraint chain and remedies."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        line: Optional[int] = None,
+        column: Optional[int] = None,
+        node: Optional[str] = None,
+        field: Optional[str] = None,
+        file: Optional[str] = None,
+        chain: Iterable[str] = (),
+        remedies: Iterable[str] = (),
+    ) -> None:
+        if code not in CODES:
+            raise AssertionError(f"HNDL bug: {code!r} is not in the closed error catalog")
+        self.code = code
+        self.message = message
+        self.location = Location(line=line, column=column, node=node, field=field, file=file)
+        self.chain = tuple(chain)
+        self.remedies = tuple(remedies) or (CODES[code],)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = str(self.location)
+        text = f"{self.code}" + (f" ({where})" if where else "") + f": {self.message}"
+        for fact in self.chain:
+            text += f"\n  because: {fact}"
+        for remedy in self.remedies:
+            text += f"\n  remedy: {remedy}"
+        return text
+
+    def located(self, **where) -> "HNDLError":
+        """Return a copy with location fields that are still unknown filled in."""
+        current = self.location
+        fields = {
+            name: getattr(current, name) if getattr(current, name) is not None else where.get(name)
+            for name in ("line", "column", "node", "field", "file")
+        }
+        return HNDLError(
+            self.code, self.message, chain=self.chain, remedies=self.remedies, **fields
+        )

@@ -1,0 +1,337 @@
+"""The one call-binding and current-tensor state machine both frontends drive (§7).
+
+A frontend evaluates a call's arguments in ordinary order, then hands the binder the operator,
+the positional values and the keywords. The binder separates tensor ports from author
+arguments using the declaration, falls back to *current* for a single omitted input, numbers
+nodes by call ordinal, and moves *current*: a single-output call sets it, a multi-output call
+clears it, assignments never touch it. Output selection lives here too, so configuration and
+callable capture build identical graphs by construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+from ..construction import normalize_initialization, normalize_trainability
+from ..contracts import Contracts
+from ..declaration import OperatorSpec
+from ..errors import HNDLError
+from ..graph import NODE_ID, Graph, Node, Ref
+
+RESERVED_METADATA = ("name", "policy", "init", "trainable")
+
+
+class Symbol:
+    """A symbolic tensor of one capture: a reference into the graph being built."""
+
+    __slots__ = ("ref", "owner")
+
+    def __init__(self, ref: Ref, owner: "Binder") -> None:
+        self.ref = ref
+        self.owner = owner
+
+    def __repr__(self) -> str:
+        return f"<symbolic tensor {self.ref}>"
+
+    def _refuse(self, *_: Any, **__: Any):
+        raise HNDLError(
+            "E_CAPTURE",
+            f"symbolic tensor {self.ref} has no concrete value during capture",
+            remedies=("Pass symbolic tensors only to operator calls; they hold no data.",),
+        )
+
+    __bool__ = __int__ = __index__ = __float__ = __iter__ = __len__ = _refuse
+    __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = __matmul__ = __getitem__ = _refuse
+    __array__ = __torch_function__ = _refuse
+
+
+class Binder:
+    """Graph-building state for one capture or one configuration program."""
+
+    def __init__(self, contracts: Contracts) -> None:
+        self.contracts = contracts
+        self.nodes: list[Node] = []
+        self._ids: set[str] = set()
+        self.inputs = {name: Symbol(Ref(None, name), self) for name in contracts.input_names}
+        self.current: Optional[Symbol] = self.inputs[contracts.input_names[0]]
+
+    # -- calls ---------------------------------------------------------------------------
+    def call(
+        self,
+        spec: OperatorSpec,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        line: Optional[int] = None,
+        column: Optional[int] = None,
+    ) -> Any:
+        """Record one operator call and return its symbol, or a tuple for several outputs."""
+        where = {"line": line, "column": column}
+        ordinal = len(self.nodes)
+        metadata = {key: kwargs[key] for key in RESERVED_METADATA if key in kwargs}
+        node_id = self._node_id(metadata.get("name", f"n{ordinal}"), spec, where)
+        where["node"] = node_id
+        ports, values = self._bind_ports(spec, list(args), kwargs, where)
+        author = self._bind_arguments(spec, values, kwargs, where)
+        if spec.shape.variadic_input:
+            author["input_count"] = len(ports)
+        outputs = spec.output_ports(self._normalized_count_arg(spec, author, where))
+        node = Node(
+            id=node_id,
+            spec=spec,
+            args=author,
+            inputs={port: symbol.ref for port, symbol in ports.items()},
+            outputs=outputs,
+            policy=self._policy(metadata, where),
+            init=self._init(metadata, node_id, where),
+            trainable=self._trainable(metadata, node_id, where),
+            line=line,
+            column=column,
+        )
+        self.nodes.append(node)
+        self._ids.add(node_id)
+        symbols = tuple(Symbol(Ref(node_id, port), self) for port in outputs)
+        if len(symbols) == 1 and not (spec.shape.variadic_output and self._fans_out(spec, author)):
+            self.current = symbols[0]
+            return symbols[0]
+        self.current = None
+        return symbols
+
+    def _node_id(self, name: Any, spec: OperatorSpec, where: dict) -> str:
+        if not isinstance(name, str) or not NODE_ID.match(name):
+            raise HNDLError(
+                "E_NAME", f"name={name!r} must be a string matching [a-z][a-z0-9_]*", **where, field="name",
+                remedies=("Use a lowercase identifier such as name=\"hidden\".",),
+            )
+        if name in self._ids:
+            raise HNDLError(
+                "E_NAME", f"node id {name!r} is already used by an earlier call", **where, field="name",
+                remedies=("Give each call its own name=.",),
+            )
+        return name
+
+    def _bind_ports(self, spec: OperatorSpec, args: list, kwargs: Mapping[str, Any], where: dict):
+        """Split leading symbolic tensors (and port keywords) from author values."""
+        leading: list[Symbol] = []
+        while args and isinstance(args[0], Symbol):
+            leading.append(args.pop(0))
+        for value in args:
+            if isinstance(value, Symbol):
+                raise HNDLError(
+                    "E_ARGUMENT",
+                    f"{spec.alias}: tensor {value.ref} follows an author value; tensors come first",
+                    **where,
+                    remedies=(f"Write {spec.alias}(tensor, ..., value) with tensors leading.",),
+                )
+        if spec.shape.variadic_input:
+            declared = spec.input_ports(len(leading) + sum(1 for key in kwargs if _is_variadic_key(spec, key)))
+        else:
+            declared = spec.input_ports()
+        ports: dict[str, Symbol] = {}
+        if len(leading) > len(declared):
+            raise HNDLError(
+                "E_ARGUMENT",
+                f"{spec.alias} takes {len(declared)} tensor input(s), got {len(leading)}",
+                **where,
+            )
+        for port, symbol in zip(declared, leading):
+            ports[port] = symbol
+        for key, value in kwargs.items():
+            if key in declared or _is_variadic_key(spec, key):
+                if key in ports:
+                    raise HNDLError(
+                        "E_ARGUMENT", f"{spec.alias}: tensor port {key!r} is bound twice", **where, field=key,
+                        remedies=("Pass each tensor once, positionally or by its port keyword.",),
+                    )
+                if not isinstance(value, Symbol):
+                    raise HNDLError(
+                        "E_ARGUMENT", f"{spec.alias}: port {key!r} takes a symbolic tensor, got {value!r}",
+                        **where, field=key,
+                    )
+                ports[key] = value
+        for symbol in ports.values():
+            self._check_owner(symbol, where)
+        if spec.shape.variadic_input:
+            ports = self._check_variadic(spec, ports, where)
+        elif len(declared) == 1 and not ports:
+            if self.current is None:
+                raise HNDLError(
+                    "E_CURRENT",
+                    f"{spec.alias} needs a tensor, but the previous multi-output call cleared current",
+                    **where,
+                    remedies=(f"Pass the tensor explicitly, e.g. {spec.alias}(z1, ...).",),
+                )
+            ports[declared[0]] = self.current
+        missing = [port for port in declared if port not in ports]
+        if missing:
+            raise HNDLError(
+                "E_BINDING",
+                f"{spec.alias} needs every tensor port bound explicitly; missing {', '.join(missing)}",
+                **where,
+                remedies=(f"Pass {', '.join(missing)} explicitly; multi-input operators never use current.",),
+            )
+        return {port: ports[port] for port in declared}, args
+
+    def _check_variadic(self, spec: OperatorSpec, ports: dict[str, Symbol], where: dict) -> dict[str, Symbol]:
+        prefix = spec.shape.inputs[0].name
+        expected = [f"{prefix}{i}" for i in range(len(ports))]
+        if sorted(ports) != sorted(expected) or len(ports) < 2:
+            raise HNDLError(
+                "E_BINDING",
+                f"{spec.alias} needs at least two contiguous tensors {prefix}0, {prefix}1, ...; got {', '.join(ports) or 'none'}",
+                **where,
+            )
+        return ports
+
+    def _bind_arguments(self, spec: OperatorSpec, values: list, kwargs: Mapping[str, Any], where: dict) -> dict:
+        """Positional author values in declaration order, then keywords; no value twice."""
+        author: dict[str, Any] = {}
+        positional = list(spec.positional_args)
+        if spec.positional_rest is not None and spec.positional_rest in positional:
+            positional.remove(spec.positional_rest)
+        for name, value in zip(positional, values):
+            author[name] = value
+        rest = values[len(positional):]
+        if rest:
+            if spec.positional_rest is None:
+                raise HNDLError(
+                    "E_ARGUMENT",
+                    f"{spec.alias} takes at most {len(positional)} positional value(s), got {len(values)}",
+                    **where,
+                    remedies=("Pass the remaining values by keyword.",),
+                )
+            author[spec.positional_rest] = tuple(rest)
+        for key, value in kwargs.items():
+            if key in RESERVED_METADATA or key in spec.input_ports() or _is_variadic_key(spec, key):
+                continue
+            if key not in spec.args or (key == "input_count" and spec.shape.variadic_input):
+                raise HNDLError(
+                    "E_ARGUMENT", f"{spec.alias} has no argument {key!r}", **where, field=key,
+                    remedies=(f"Use one of: {', '.join(spec.args) or 'no arguments'}.",),
+                )
+            if key in author:
+                raise HNDLError(
+                    "E_ARGUMENT", f"{spec.alias}: argument {key!r} is supplied twice", **where, field=key,
+                )
+            if isinstance(value, Symbol):
+                raise HNDLError(
+                    "E_ARGUMENT", f"{spec.alias}: argument {key!r} takes a value, not a tensor", **where, field=key,
+                )
+            author[key] = value
+        return author
+
+    def _normalized_count_arg(self, spec: OperatorSpec, author: dict, where: dict) -> dict:
+        if spec.outputs_from is None or spec.outputs_from not in author:
+            return {}
+        name = spec.outputs_from
+        return {name: spec.args[name].normalize(author[name], name=name, node=where.get("node"))}
+
+    def _fans_out(self, spec: OperatorSpec, author: dict) -> bool:
+        count = self._normalized_count_arg(spec, author, {}).get(spec.outputs_from)
+        return bool(count) if not isinstance(count, int) else count > 0
+
+    def _policy(self, metadata: dict, where: dict) -> Optional[str]:
+        if "policy" not in metadata:
+            return None
+        policy = metadata["policy"]
+        if not isinstance(policy, str):
+            raise HNDLError("E_ARGUMENT", f"policy= takes a policy name, got {policy!r}", **where, field="policy")
+        return policy
+
+    def _init(self, metadata: dict, node_id: str, where: dict) -> Optional[dict]:
+        if "init" not in metadata:
+            return None
+        try:
+            return normalize_initialization(metadata["init"], node=node_id)
+        except HNDLError as error:
+            raise error.located(**where, field="init") from None
+
+    def _trainable(self, metadata: dict, node_id: str, where: dict) -> Optional[dict]:
+        if "trainable" not in metadata:
+            return None
+        try:
+            return normalize_trainability(metadata["trainable"], node=node_id)
+        except HNDLError as error:
+            raise error.located(**where, field="trainable") from None
+
+    def _check_owner(self, symbol: Symbol, where: dict) -> None:
+        if symbol.owner is not self:
+            raise HNDLError(
+                "E_CAPTURE",
+                f"symbolic tensor {symbol.ref} belongs to another capture",
+                **where,
+                remedies=("Use only tensors created inside the same capture.",),
+            )
+
+    # -- outputs -------------------------------------------------------------------------
+    def select_single(self, explicit: Optional[Any], *, what: str) -> Symbol:
+        """The single unnamed output: an explicit symbol, else current (E_CURRENT if unset)."""
+        if explicit is not None:
+            if not isinstance(explicit, Symbol):
+                raise HNDLError(
+                    "E_OUTPUT",
+                    f"{what} must be one symbolic tensor, got {_describe(explicit)}",
+                    remedies=("Select exactly one tensor as the output.",),
+                )
+            self._check_owner(explicit, {})
+            return explicit
+        if self.current is None:
+            raise HNDLError(
+                "E_CURRENT",
+                "no output was selected and the last multi-output call cleared current",
+                remedies=("Select the output explicitly (out = ... in configuration, return in a callable).",),
+            )
+        return self.current
+
+    def select_named(self, chosen: Mapping[str, Any], *, what: str) -> dict[str, Symbol]:
+        """Every declared output name mapped to one symbol of this capture."""
+        names = self.contracts.output_names
+        missing = [name for name in names if name not in chosen]
+        extra = [name for name in chosen if name not in names]
+        if missing or extra:
+            detail = "; ".join(
+                part for part in (
+                    f"missing {', '.join(missing)}" if missing else "",
+                    f"undeclared {', '.join(map(str, extra))}" if extra else "",
+                ) if part
+            )
+            raise HNDLError(
+                "E_OUTPUT",
+                f"{what} must select exactly the declared outputs {', '.join(names)}: {detail}",
+                remedies=("Bind every declared output name to one tensor.",),
+            )
+        selected = {}
+        for name in names:
+            value = chosen[name]
+            if not isinstance(value, Symbol):
+                raise HNDLError(
+                    "E_OUTPUT",
+                    f"output {name!r} must be one symbolic tensor, got {_describe(value)}",
+                    field=name,
+                )
+            self._check_owner(value, {"field": name})
+            selected[name] = value
+        return selected
+
+    def graph(self, outputs: Mapping[str, Symbol], *, frontend: str, provenance: Mapping[str, Any]) -> Graph:
+        """The finished author graph."""
+        return Graph(
+            contracts=self.contracts,
+            nodes=list(self.nodes),
+            outputs={name: symbol.ref for name, symbol in outputs.items()},
+            frontend=frontend,
+            provenance=dict(provenance),
+        )
+
+
+def _is_variadic_key(spec: OperatorSpec, key: str) -> bool:
+    if not spec.shape.variadic_input:
+        return False
+    prefix = spec.shape.inputs[0].name
+    return key.startswith(prefix) and key[len(prefix):].isdigit()
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} values"
+    return repr(value) if not isinstance(value, Symbol) else str(value.ref)

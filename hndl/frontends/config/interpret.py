@@ -1,0 +1,93 @@
+"""Interpret a validated python_config@1 program by driving the binder, statement by statement.
+
+The program arrives fully validated (grammar.py), so this walk only evaluates: call arguments
+in Python order, nested calls first, locals as plain references. It never executes code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...construction import make_scheme
+from ...errors import HNDLError
+from ...graph import Graph
+from ...registry import Registry
+from ..binder import Binder, Symbol
+from .grammar import Assign, Call, Literal, Name, Pack, Program, SchemeCall
+
+FRONTEND = "python_config@1"
+
+
+def interpret(program: Program, binder: Binder, registry: Registry) -> Graph:
+    """Build the author graph of ``program``; output selection follows §7."""
+    local: dict[str, Any] = dict(binder.inputs)
+    for statement in program.statements:
+        if isinstance(statement, Assign):
+            value = _evaluate(statement.value, local, binder, registry)
+            _bind(statement, value, local)
+        else:
+            _evaluate(statement.call, local, binder, registry)
+    provenance = {"kind": FRONTEND, "source": program.source.original}
+    if program.source.file is not None:
+        provenance["file"] = program.source.file
+    if binder.contracts.named_outputs:
+        chosen = {name: local[name] for name in binder.contracts.output_names if name in local}
+        outputs = binder.select_named(chosen, what="configuration")
+    else:
+        outputs = {"output": binder.select_single(local.get("out"), what="the final value of out")}
+    return binder.graph(outputs, frontend=FRONTEND, provenance=provenance)
+
+
+def _evaluate(expr: Any, local: dict, binder: Binder, registry: Registry) -> Any:
+    if isinstance(expr, Name):
+        return local[expr.name]
+    if isinstance(expr, Pack):
+        return tuple(local[item.name] for item in expr.items)
+    if isinstance(expr, Literal):
+        return _literal(expr.value)
+    if isinstance(expr, Call):
+        spec = registry.get(expr.alias)
+        args = [_evaluate(arg, local, binder, registry) for arg in expr.args]
+        kwargs = {key: _evaluate(value, local, binder, registry) for key, value in expr.kwargs}
+        return binder.call(spec, args, kwargs, line=expr.pos.line, column=expr.pos.column)
+    raise AssertionError(f"HNDL bug: unexpected configuration expression {expr!r}")
+
+
+def _literal(value: Any) -> Any:
+    """Literal values, with init-mapping scheme calls turned into scheme records."""
+    if isinstance(value, SchemeCall):
+        try:
+            return make_scheme(value.scheme, dict(value.kwargs))
+        except HNDLError as error:
+            raise error.located(line=value.pos.line, column=value.pos.column) from None
+    if isinstance(value, dict):
+        return {key: _literal(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_literal(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_literal(item) for item in value)
+    return value
+
+
+def _bind(statement: Assign, value: Any, local: dict) -> None:
+    if not statement.unpack:
+        local[statement.targets[0]] = value
+        return
+    if isinstance(value, Symbol):
+        raise HNDLError(
+            "E_OUTPUT_ARITY",
+            f"cannot unpack one tensor into {len(statement.targets)} names",
+            line=statement.pos.line,
+            column=statement.pos.column,
+            remedies=("Assign a single-output call to one name.",),
+        )
+    if len(value) != len(statement.targets):
+        raise HNDLError(
+            "E_OUTPUT_ARITY",
+            f"{len(value)} outputs cannot be unpacked into {len(statement.targets)} names",
+            line=statement.pos.line,
+            column=statement.pos.column,
+            remedies=(f"Unpack exactly {len(value)} names.",),
+        )
+    for target, item in zip(statement.targets, value):
+        local[target] = item

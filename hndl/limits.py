@@ -1,0 +1,69 @@
+"""The resource limits every entry point accepts (§5), validated into a frozen mapping.
+
+Limits bound graph size, dimension products, solver sweeps and registered state. Exceeding
+one fails with E_RESOURCE; nothing is silently truncated. Loading budgets for configuration
+source (§7) live here too so every bound has one home.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+from .errors import HNDLError
+
+DEFAULT_LIMITS: Mapping[str, int] = MappingProxyType(
+    {
+        "max_nodes": 50_000,
+        "max_edges": 200_000,
+        "max_dimension": 2**31 - 1,
+        "max_elements": 2**40,
+        "max_state_bytes": 64 * 2**30,
+        "max_iterations": 1_000,
+    }
+)
+
+#: Budgets for declarative source, applied before and during parsing (§7).
+SOURCE_BUDGETS: Mapping[str, int] = MappingProxyType(
+    {
+        "max_source_bytes": 1 * 2**20,
+        "max_source_lines": 10_000,
+        "max_ast_nodes": 200_000,
+        "max_ast_depth": 64,
+        "max_literal_items": 4_096,
+        "max_literal_depth": 8,
+        "max_string_bytes": 16_384,
+        "max_int_digits": 20,
+    }
+)
+
+
+def validate_limits(limits: Optional[Mapping[str, int]] = None) -> Mapping[str, int]:
+    """Merge caller limits over the defaults; unknown keys or non-positive ints are E_SCHEMA."""
+    if limits is None:
+        return DEFAULT_LIMITS
+    if not isinstance(limits, Mapping):
+        raise HNDLError(
+            "E_SCHEMA",
+            f"limits must be a mapping, not {type(limits).__name__}",
+            field="limits",
+            remedies=(f"Pass a dict with some of the keys {', '.join(DEFAULT_LIMITS)}.",),
+        )
+    merged = dict(DEFAULT_LIMITS)
+    for key, value in limits.items():
+        if key not in DEFAULT_LIMITS:
+            raise HNDLError(
+                "E_SCHEMA",
+                f"unknown limit {key!r}",
+                field="limits",
+                remedies=(f"Use only the keys {', '.join(DEFAULT_LIMITS)}.",),
+            )
+        if type(value) is not int or value <= 0:
+            raise HNDLError(
+                "E_SCHEMA",
+                f"limit {key!r} must be a positive integer, got {value!r}",
+                field=f"limits.{key}",
+                remedies=("Give a positive int.",),
+            )
+        merged[key] = value
+    return MappingProxyType(merged)

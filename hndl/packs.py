@@ -1,0 +1,64 @@
+"""Operator packs: the pluggy hook a pack implements and entry-point discovery.
+
+A pack is a plain module registered under the entry-point group ``hndl.packs``. It
+implements one hook, ``hndl_register(registry)``, and adds its declared operators to the
+registry it is handed. Hosts opt packs in by name; configuration can never load one.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Iterable
+
+import pluggy
+
+from .errors import HNDLError
+
+ENTRY_POINT_GROUP = "hndl.packs"
+FIRST_PARTY = ("basic", "vision", "transformer", "pretrained")
+
+hookspec = pluggy.HookspecMarker("hndl")
+#: Decorate a pack's ``hndl_register`` function with this marker.
+hookimpl = pluggy.HookimplMarker("hndl")
+
+
+class PackHooks:
+    """The hooks an operator pack may implement."""
+
+    @hookspec
+    def hndl_register(self, registry) -> None:
+        """Add this pack's operators (and any pretrained providers) to ``registry``."""
+
+
+def installed_packs() -> dict[str, metadata.EntryPoint]:
+    """Every pack installed in this environment, by entry-point name."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(entry.name, entry)
+    return found
+
+
+def load_packs(registry, names: Iterable[str]) -> tuple[str, ...]:
+    """Register the named packs into ``registry`` through a PluginManager of its own."""
+    names = tuple(names)
+    available = installed_packs()
+    for name in names:
+        if not isinstance(name, str) or name not in available:
+            listing = ", ".join(sorted(available)) or "none"
+            raise HNDLError(
+                "E_REGISTRY",
+                f"no operator pack named {name!r} is installed (installed packs: {listing})",
+                field="packs",
+                remedies=(f"Install the pack, or choose one of: {listing}.",),
+            )
+    if len(set(names)) != len(names):
+        raise HNDLError(
+            "E_REGISTRY", f"a pack is named twice in {names!r}", field="packs",
+            remedies=("Name each pack once.",),
+        )
+    manager = pluggy.PluginManager("hndl")
+    manager.add_hookspecs(PackHooks)
+    for name in names:
+        manager.register(available[name].load(), name=name)
+    manager.hook.hndl_register(registry=registry)
+    return names

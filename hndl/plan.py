@@ -1,0 +1,202 @@
+"""ResolvedPlan: the immutable, concrete result of resolution, and its shape tables.
+
+A plan holds nothing executable: exact operator identities, concrete arguments and port
+shapes, construction records, and per-node source and provenance. Printing a plan shows the
+same table ``print(model)`` shows, without a backend.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
+
+SCHEMA_VERSION = 1
+RESOLUTION_VERSION = 1
+
+
+def freeze(value: Any) -> Any:
+    """A deeply read-only copy: dicts become mapping proxies, lists become tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: freeze(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(item) for item in value)
+    return value
+
+
+class _Frozen:
+    """Attributes are set once in ``__init__`` and can never be reassigned or deleted."""
+
+    __slots__ = ()
+
+    def _set(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            object.__setattr__(self, name, freeze(value))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+
+class PlanNode(_Frozen):
+    """One concrete node: identity, resolved arguments, port bindings and shapes."""
+
+    __slots__ = (
+        "id", "op", "alias", "args", "inputs", "outputs", "input_shapes", "output_shapes",
+        "initialization", "trainability", "source", "provenance",
+    )
+
+    def __init__(self, **fields: Any) -> None:
+        self._set(**fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlanNode) and all(
+            _plain(getattr(self, name)) == _plain(getattr(other, name)) for name in self.__slots__
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.op))
+
+    def __repr__(self) -> str:
+        return f"PlanNode({self.id!r}, {self.op!r})"
+
+
+class ResolvedPlan(_Frozen):
+    """The concrete architecture: what ``build`` constructs and what a checkpoint is paired with."""
+
+    __slots__ = (
+        "schema_version", "resolution_version", "frontend", "batch", "dtype",
+        "inputs", "outputs", "nodes",
+    )
+
+    def __init__(
+        self,
+        *,
+        frontend: Mapping[str, Any],
+        batch: str,
+        dtype: str,
+        inputs: tuple,  # of {"name", "shape", "dtype"}
+        outputs: tuple,  # of {"name", "ref", "shape"}
+        nodes: tuple,
+        schema_version: int = SCHEMA_VERSION,
+        resolution_version: int = RESOLUTION_VERSION,
+    ) -> None:
+        self._set(
+            schema_version=schema_version,
+            resolution_version=resolution_version,
+            frontend=frontend,
+            batch=batch,
+            dtype=dtype,
+            inputs=inputs,
+            outputs=outputs,
+        )
+        object.__setattr__(self, "nodes", tuple(nodes))
+
+    # -- the first input and output, restated (§10) --------------------------------------
+    @property
+    def input_shape(self) -> tuple:
+        return self.inputs[0]["shape"]
+
+    @property
+    def input_dtype(self) -> str:
+        return self.inputs[0]["dtype"]
+
+    @property
+    def output_shape(self) -> tuple:
+        return self.outputs[0]["shape"]
+
+    @property
+    def output_ref(self) -> str:
+        return self.outputs[0]["ref"]
+
+    def node(self, node_id: str) -> PlanNode:
+        """The node with this id; KeyError when there is none."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ResolvedPlan) and all(
+            _plain(getattr(self, name)) == _plain(getattr(other, name)) for name in self.__slots__
+        )
+
+    def __hash__(self) -> int:
+        return hash(tuple(node.id for node in self.nodes))
+
+    def __repr__(self) -> str:
+        return shape_table(self)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
+    if isinstance(value, PlanNode):
+        return {name: _plain(getattr(value, name)) for name in PlanNode.__slots__}
+    return value
+
+
+# -- shape tables ---------------------------------------------------------------------------
+def format_shape(shape: tuple) -> str:
+    return "[" + ", ".join(str(entry) for entry in shape) + "]"
+
+
+def is_unary_chain(plan: ResolvedPlan) -> bool:
+    """One input, one output, and every node reads exactly the previous node's only output."""
+    if len(plan.inputs) != 1 or len(plan.outputs) != 1 or not plan.nodes:
+        return False
+    previous = f"input:{plan.inputs[0]['name']}"
+    for node in plan.nodes:
+        if len(node.inputs) != 1 or len(node.outputs) != 1:
+            return False
+        (ref,) = node.inputs.values()
+        if ref != previous:
+            return False
+        previous = f"node:{node.id}/{node.outputs[0]}"
+    return plan.output_ref == previous
+
+
+def header(plan: ResolvedPlan) -> str:
+    """``Network: <inputs> -> <outputs>  dtype=...`` as §7 prints it."""
+    differing = [port for port in plan.inputs if port["dtype"] != plan.dtype]
+    if len(plan.inputs) == 1 and len(plan.outputs) == 1 and plan.inputs[0]["name"] == "x" and plan.outputs[0]["name"] == "output":
+        text = f"Network: {format_shape(plan.input_shape)} -> {format_shape(plan.output_shape)}  dtype={plan.dtype}"
+        if differing:
+            text += f"  input_dtype={differing[0]['dtype']}"
+        return text
+    ins = ", ".join(f"{port['name']}={format_shape(port['shape'])}" for port in plan.inputs)
+    outs = ", ".join(f"{port['name']}={format_shape(port['shape'])}" for port in plan.outputs)
+    text = f"Network: {ins} -> {outs} dtype={plan.dtype}"
+    if differing:
+        text += " input_dtype=" + ",".join(f"{port['name']}:{port['dtype']}" for port in differing)
+    return text
+
+
+def shape_table(plan: ResolvedPlan) -> str:
+    """The header plus one aligned row per node (§7 "print(model)")."""
+    if is_unary_chain(plan):
+        rows = [["index", "name", "operation", "input shape", "output shape"]]
+        for index, node in enumerate(plan.nodes):
+            rows.append([
+                str(index), node.id, node.alias,
+                format_shape(next(iter(node.input_shapes.values()))),
+                format_shape(next(iter(node.output_shapes.values()))),
+            ])
+    else:
+        rows = [["name", "operation", "inputs", "outputs"]]
+        for node in plan.nodes:
+            ins = ", ".join(
+                f"{port}={format_shape(node.input_shapes[port])} <- {ref}" for port, ref in node.inputs.items()
+            )
+            outs = ", ".join(f"{port}={format_shape(node.output_shapes[port])}" for port in node.outputs)
+            rows.append([node.id, node.alias, ins, outs])
+        if not plan.nodes:
+            rows.append(["(identity)", "", "", ""])
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = [header(plan)]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return "\n".join(lines)

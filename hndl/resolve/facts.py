@@ -1,0 +1,235 @@
+"""Dimension facts: variables joined by exact ratios, with values that are only ever added.
+
+Each tensor axis the resolver sees is a variable. Variables are joined into classes by exact
+rational ratios (``a = 2 * b``), so equality and integer scales propagate in every direction
+at once. A class holds at most one value; adding a second, different value is a contradiction
+reported with the facts that produced both. The plan's batch is one special class that never
+receives a value: a variable in it renders as ``B`` or ``k*B``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Optional
+
+from ..errors import HNDLError
+
+
+class Facts:
+    """Union-find over dimension variables with exact ratios, values and reasons."""
+
+    def __init__(self, *, batch_symbol: str = "B", max_dimension: int = 2**31 - 1) -> None:
+        self.batch_symbol = batch_symbol
+        self.max_dimension = max_dimension
+        self._parent: list[int] = []
+        self._ratio: list[Fraction] = []  # value(var) = ratio * value(parent)
+        self._members: dict[int, list[int]] = {}
+        self._value: dict[int, int] = {}
+        self._reason: dict[int, str] = {}
+        self._labels: list[str] = []
+        #: Incremented whenever a fact is added; the solver's fixed-point test reads it.
+        self.version = 0
+        self.batch = self.new("batch")
+
+    # -- variables ------------------------------------------------------------------------
+    def new(self, label: str) -> int:
+        """A fresh, unconstrained variable."""
+        var = len(self._parent)
+        self._parent.append(var)
+        self._ratio.append(Fraction(1))
+        self._members[var] = [var]
+        self._labels.append(label)
+        return var
+
+    def label(self, var: int) -> str:
+        return self._labels[var]
+
+    def find(self, var: int) -> tuple[int, Fraction]:
+        """The class root of ``var`` and the ratio with ``value(var) = ratio * value(root)``."""
+        path = []
+        while self._parent[var] != var:
+            path.append(var)
+            var = self._parent[var]
+        root = var
+        # Compress: walk back from the node nearest the root.
+        acc = Fraction(1)
+        for node in reversed(path):
+            acc = self._ratio[node] * acc
+            self._ratio[node] = acc
+            self._parent[node] = root
+        return root, (self._ratio[path[0]] if path else Fraction(1))
+
+    # -- reading ----------------------------------------------------------------------------
+    def value(self, var: int) -> Optional[int]:
+        """The concrete extent of ``var``, or None while unknown (always None for batch)."""
+        root, ratio = self.find(var)
+        if root not in self._value:
+            return None
+        return int(ratio * self._value[root])
+
+    def batch_multiple(self, var: int) -> Optional[Fraction]:
+        """k when ``var`` is known to be k times the plan batch, else None."""
+        root, ratio = self.find(var)
+        batch_root, batch_ratio = self.find(self.batch)
+        if root != batch_root:
+            return None
+        return ratio / batch_ratio
+
+    def render(self, var: int) -> Optional[object]:
+        """``B``, ``k*B`` or an int for a known extent; None while unknown."""
+        multiple = self.batch_multiple(var)
+        if multiple is not None:
+            if multiple == 1:
+                return self.batch_symbol
+            if multiple.denominator == 1:
+                return f"{multiple.numerator}*{self.batch_symbol}"
+            return None
+        return self.value(var)
+
+    def known(self, var: int) -> bool:
+        return self.render(var) is not None
+
+    def reason(self, var: int) -> Optional[str]:
+        """The fact that fixed the value of ``var``'s class, if any."""
+        return self._reason.get(self.find(var)[0])
+
+    # -- adding facts -------------------------------------------------------------------
+    def set_value(self, var: int, value: int, reason: str, *, code: str = "E_CONSTRAINT") -> None:
+        """Record ``var == value``; a different known value is a contradiction."""
+        root, ratio = self.find(var)
+        if root == self.find(self.batch)[0]:
+            raise HNDLError(
+                code,
+                f"{self.label(var)} is a batch axis and cannot be fixed to {value}",
+                chain=(reason,),
+            )
+        root_value = Fraction(value) / ratio
+        if root in self._value:
+            if self._value[root] != root_value:
+                current = int(ratio * self._value[root])
+                raise HNDLError(
+                    code,
+                    f"{self.label(var)} must be {value} but is already {current}",
+                    chain=(self._reason[root], reason),
+                )
+            return
+        self._check_members(root, root_value, reason, code)
+        self._value[root] = int(root_value)
+        self._reason[root] = reason
+        self.version += 1
+
+    def equate(self, a: int, b: int, reason: str, *, ratio: int | Fraction = 1, code: str = "E_CONSTRAINT") -> None:
+        """Record ``a == ratio * b``, merging the two classes."""
+        root_a, ra = self.find(a)
+        root_b, rb = self.find(b)
+        # value(a) = ra * A, value(b) = rb * B, and value(a) = ratio * value(b)  =>  A = ratio*rb/ra * B
+        link = Fraction(ratio) * rb / ra
+        if root_a == root_b:
+            if link != 1:
+                raise HNDLError(
+                    code,
+                    f"{self.label(a)} cannot equal {ratio} * {self.label(b)}: they are already related differently",
+                    chain=(reason,),
+                )
+            return
+        # Attach the smaller class beneath the larger one.
+        if len(self._members[root_a]) > len(self._members[root_b]):
+            root_a, root_b, link = root_b, root_a, 1 / link
+        # now: A = link * B, attach A under B.
+        value_a, value_b = self._value.get(root_a), self._value.get(root_b)
+        batch_root = self.find(self.batch)[0]
+        if (root_a == batch_root and value_b is not None) or (root_b == batch_root and value_a is not None):
+            fixed = value_b if value_b is not None else value_a
+            raise HNDLError(
+                code,
+                f"a batch axis cannot equal the fixed extent {fixed}",
+                chain=tuple(r for r in (self._reason.get(root_a), self._reason.get(root_b), reason) if r),
+            )
+        if value_a is not None and value_b is not None:
+            if Fraction(value_a) != link * value_b:
+                raise HNDLError(
+                    code,
+                    f"{self.label(a)} is {self.value(a)} but {self.label(b)} is {self.value(b)}"
+                    + ("" if ratio == 1 else f" and must be {ratio} times it"),
+                    chain=(self._reason[root_a], self._reason[root_b], reason),
+                )
+        elif value_a is not None:
+            implied = Fraction(value_a) / link
+            self._check_members(root_b, implied, f"{self._reason[root_a]}; {reason}", code)
+            self._value[root_b] = int(implied)
+            self._reason[root_b] = f"{self._reason[root_a]}; {reason}"
+        elif value_b is not None:
+            self._check_members(root_a, link * value_b, f"{self._reason[root_b]}; {reason}", code)
+        self._parent[root_a] = root_b
+        self._ratio[root_a] = link
+        for member in self._members.pop(root_a):
+            self._members[root_b].append(member)
+        self._value.pop(root_a, None)
+        self._reason.pop(root_a, None)
+        self.version += 1
+
+    def _check_members(self, root: int, root_value: Fraction, reason: str, code: str) -> None:
+        """Every member of the class must land on a positive integer within bounds."""
+        for member in self._members[root]:
+            _, ratio = self.find(member)
+            extent = ratio * root_value
+            if extent.denominator != 1 or extent <= 0:
+                shown = float(extent) if extent.denominator != 1 else int(extent)
+                raise HNDLError(
+                    code,
+                    f"{self.label(member)} would be {shown}, which is not a positive integer",
+                    chain=(reason,),
+                )
+            if extent > self.max_dimension:
+                raise HNDLError(
+                    "E_RESOURCE",
+                    f"{self.label(member)} would be {int(extent)}, above max_dimension={self.max_dimension}",
+                    chain=(reason,),
+                    remedies=("Shrink the specification or raise limits['max_dimension'].",),
+                )
+
+
+SUPPORTED_RANKS = (2, 3, 4)
+
+
+class TensorFacts:
+    """What is known about one tensor of the graph: its rank, then one variable per axis."""
+
+    def __init__(self, facts: Facts, label: str) -> None:
+        self.facts = facts
+        self.label = label
+        self.rank: Optional[int] = None
+        self.rank_reason: Optional[str] = None
+        self.dims: Optional[list[int]] = None
+        self.dtype: Optional[str] = None
+
+    def set_rank(self, rank: int, reason: str, *, code: str = "E_CONSTRAINT") -> None:
+        """Fix the rank, creating the axis variables; a different rank is a contradiction."""
+        if self.rank is not None:
+            if self.rank != rank:
+                raise HNDLError(
+                    code,
+                    f"{self.label} must have rank {rank} but has rank {self.rank}",
+                    chain=(self.rank_reason, reason),
+                )
+            return
+        if rank not in SUPPORTED_RANKS:
+            raise HNDLError(
+                code,
+                f"{self.label} would have rank {rank}; supported ranks are 2, 3 and 4",
+                chain=(reason,),
+            )
+        self.rank = rank
+        self.rank_reason = reason
+        self.dims = [self.facts.new(f"{self.label}[{axis}]") for axis in range(rank)]
+        self.facts.version += 1
+
+    def shape(self) -> Optional[list]:
+        """Rendered entries (``B``, ``2*B``, ints, or None while unknown), or None without a rank."""
+        if self.dims is None:
+            return None
+        return [self.facts.render(var) for var in self.dims]
+
+    def complete(self) -> bool:
+        shape = self.shape()
+        return shape is not None and all(entry is not None for entry in shape)

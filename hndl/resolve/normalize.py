@@ -1,0 +1,63 @@
+"""Argument normalization (§5 step 2): policy requirements, then defaults, then validation.
+
+Each argument leaves with a recorded origin: ``explicit``, ``policy``, ``default``, or (later,
+from the solver) ``inferred``. A policy requirement never competes with inference: it fills
+an omitted field or must agree with the explicit one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..errors import HNDLError
+from ..graph import Node
+
+
+def normalize_node(node: Node) -> tuple[dict[str, Any], dict[str, str], Optional[str]]:
+    """Return (args, origins, policy identity) for one node; inferable gaps stay absent."""
+    spec = node.spec
+    args: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name, value in node.args.items():
+        args[name] = spec.args[name].normalize(value, name=name, node=node.id)
+        origins[name] = "explicit"
+    policy_identity = None
+    if node.policy is not None:
+        try:
+            policy = spec.policy(node.policy)
+        except HNDLError as error:
+            raise error.located(**node.where(), field="policy") from None
+        policy_identity = policy.identity
+        for name, required in policy.requires.items():
+            if name in args and args[name] != required:
+                raise HNDLError(
+                    "E_POLICY_CONFLICT",
+                    f"{name}={args[name]!r} conflicts with policy {node.policy!r} "
+                    f"({policy.identity}), which requires {name}={required!r}",
+                    **node.where(),
+                    field=name,
+                    remedies=(f"Remove {name}= and let the policy supply it, or drop policy={node.policy!r}.",),
+                )
+            if name not in args:
+                args[name] = spec.args[name].normalize(required, name=name, node=node.id)
+                origins[name] = "policy"
+    for name, arg in spec.args.items():
+        if name in args:
+            continue
+        if arg.required:
+            raise HNDLError(
+                "E_ARGUMENT",
+                f"{spec.alias} requires argument {name!r}",
+                **node.where(),
+                field=name,
+                remedies=(f"Pass {name}= explicitly" + (", or select a policy that supplies it." if spec.policies else "."),),
+            )
+        if not arg.inferable:
+            args[name] = arg.default
+            origins[name] = "default"
+    if spec.validate is not None:
+        try:
+            spec.validate(dict(args))
+        except HNDLError as error:
+            raise error.located(**node.where()) from None
+    return args, origins, policy_identity

@@ -1,0 +1,145 @@
+"""DSL patterns to facts: shared symbols, exact scales, literals, the ellipsis run and batch.
+
+Applying a node's patterns is idempotent and only ever adds facts, so the solver may apply
+them on every sweep, forward and backward, until nothing changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..declaration import OperatorSpec
+from ..errors import HNDLError
+from ..graph import Node
+from ..shape_dsl import PortPattern
+from .facts import Facts, TensorFacts
+
+
+class NodeState:
+    """The solver's working state for one node: its ports' tensors and its local symbols."""
+
+    def __init__(
+        self,
+        node: Node,
+        args: dict[str, Any],
+        origins: dict[str, str],
+        policy: Optional[str],
+        inputs: dict[str, TensorFacts],
+        outputs: dict[str, TensorFacts],
+        facts: Facts,
+    ) -> None:
+        self.node = node
+        self.spec: OperatorSpec = node.spec
+        self.args = args
+        self.origins = origins
+        self.policy = policy
+        self.inputs = inputs
+        self.outputs = outputs
+        self.facts = facts
+        self.patterns = _expand_patterns(node.spec, inputs, outputs)
+        self.symbols: dict[str, int] = {}
+        self.batch = facts.new(f"{node.id}.B")
+        self.ellipsis: Optional[list[int]] = None
+        self._applied: set[str] = set()
+        self._dim_args = {arg.dim: name for name, arg in node.spec.args.items() if arg.dim is not None}
+
+    def tensor(self, port: str) -> TensorFacts:
+        return self.inputs[port] if port in self.inputs else self.outputs[port]
+
+    def symbol(self, name: str) -> int:
+        """The variable standing for a node-local shape symbol."""
+        if name not in self.symbols:
+            self.symbols[name] = self.facts.new(f"{self.node.id}.{name}")
+        return self.symbols[name]
+
+    def reason(self, port: str, text: str) -> str:
+        return f"node {self.node.id} ({self.spec.alias}) {port}: {text}"
+
+
+def _expand_patterns(spec: OperatorSpec, inputs, outputs) -> dict[str, PortPattern]:
+    patterns: dict[str, PortPattern] = {}
+    for declared, ports in ((spec.shape.inputs, inputs), (spec.shape.outputs, outputs)):
+        by_name = {pattern.name: pattern for pattern in declared}
+        for port in ports:
+            pattern = by_name.get(port)
+            if pattern is None and len(declared) == 1 and declared[0].variadic:
+                pattern = declared[0]
+            if pattern is not None and pattern.dims is not None:
+                patterns[port] = pattern
+    return patterns
+
+
+def apply_patterns(state: NodeState) -> None:
+    """Add every fact the node's declared patterns imply about its ports."""
+    facts = state.facts
+    _settle_ellipsis(state)
+    for port, pattern in state.patterns.items():
+        tensor = state.tensor(port)
+        if tensor.rank is None:
+            if not pattern.has_ellipsis:
+                tensor.set_rank(len(pattern.dims), state.reason(port, f"pattern {pattern}"))
+            elif state.ellipsis is not None:
+                tensor.set_rank(len(pattern.dims) - 1 + len(state.ellipsis), state.reason(port, f"pattern {pattern}"))
+        if tensor.rank is not None and port not in state._applied:
+            _apply_entries(state, port, pattern, tensor)
+            state._applied.add(port)
+    if state.spec.batch == "shared":
+        for port in (*state.inputs, *state.outputs):
+            tensor = state.tensor(port)
+            if tensor.rank is not None and ("batch:" + port) not in state._applied:
+                facts.equate(tensor.dims[0], state.batch, state.reason(port, "shares the node's batch"))
+                state._applied.add("batch:" + port)
+    for symbol, name in state._dim_args.items():
+        if name in state.args and ("arg:" + name) not in state._applied:
+            facts.set_value(
+                state.symbol(symbol),
+                state.args[name],
+                f"node {state.node.id} ({state.spec.alias}) {name}={state.args[name]} ({state.origins[name]})",
+            )
+            state._applied.add("arg:" + name)
+
+
+def _settle_ellipsis(state: NodeState) -> None:
+    """Learn the length of the shared ``...`` run from any port whose rank is known."""
+    for port, pattern in state.patterns.items():
+        tensor = state.tensor(port)
+        if not pattern.has_ellipsis or tensor.rank is None:
+            continue
+        length = tensor.rank - (len(pattern.dims) - 1)
+        reason = state.reason(port, f"rank {tensor.rank} against pattern {pattern}")
+        if length < 0:
+            raise HNDLError(
+                "E_CONSTRAINT",
+                f"{state.spec.alias} port {port!r} needs at least rank {len(pattern.dims) - 1}, got rank {tensor.rank}",
+                chain=(tensor.rank_reason, reason),
+            )
+        if state.ellipsis is None:
+            state.ellipsis = [state.facts.new(f"{state.node.id}....[{i}]") for i in range(length)]
+            state.facts.version += 1
+        elif len(state.ellipsis) != length:
+            raise HNDLError(
+                "E_CONSTRAINT",
+                f"{state.spec.alias} port {port!r} has rank {tensor.rank}, which does not match the "
+                f"other ports sharing its '...' run",
+                chain=(tensor.rank_reason, reason),
+            )
+
+
+def _apply_entries(state: NodeState, port: str, pattern: PortPattern, tensor: TensorFacts) -> None:
+    facts = state.facts
+    axis = 0
+    for dim in pattern.dims:
+        if dim.kind == "ellipsis":
+            for var in state.ellipsis or ():
+                facts.equate(tensor.dims[axis], var, state.reason(port, f"axis {axis} is part of '...'"))
+                axis += 1
+            continue
+        reason = state.reason(port, f"axis {axis} is {dim} in {pattern}")
+        if dim.kind == "batch":
+            if state.spec.batch == "shared":
+                facts.equate(tensor.dims[axis], state.batch, reason)
+        elif dim.kind == "symbol":
+            facts.equate(tensor.dims[axis], state.symbol(dim.symbol), reason, ratio=dim.scale)
+        elif dim.kind == "literal":
+            facts.set_value(tensor.dims[axis], dim.value, reason)
+        axis += 1

@@ -1,0 +1,222 @@
+"""The five-step resolution pipeline (§5): author Graph in, immutable ResolvedPlan out.
+
+1. validate the graph and order it; 2. normalize arguments; 3. check edge dtypes and seed the
+external contracts; 4. sweep patterns and relations forward then backward to a fixed point;
+5. demand completeness, run finalize hooks and freeze the plan. Nothing here constructs a
+module, allocates a tensor or draws a random number.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..errors import HNDLError
+from ..graph import Graph, execution_order
+from ..plan import PlanNode, ResolvedPlan
+from .facts import Facts, TensorFacts
+from .normalize import normalize_node
+from .patterns import NodeState, apply_patterns
+from .view import NodeView
+
+DEFAULT_INITIALIZATION = {"kind": "torch_default@1", "overrides": {}}
+DEFAULT_TRAINABILITY = {"default": None, "overrides": {}}
+
+
+def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
+    """Resolve every omitted dimension of ``graph`` or explain why no plan exists."""
+    order = execution_order(graph, max_nodes=limits["max_nodes"], max_edges=limits["max_edges"])
+    contracts = graph.contracts
+    facts = Facts(batch_symbol=contracts.batch, max_dimension=limits["max_dimension"])
+    tensors = _tensors(graph, facts)
+    states = [_node_state(node, tensors, facts) for node in order]
+    _check_dtypes(states, tensors, contracts.dtype)
+    _seed_contracts(graph, tensors, facts)
+    _sweep(states, limits["max_iterations"])
+    return _freeze_plan(graph, states, tensors, facts)
+
+
+# -- step 1/2: tensors and node states ------------------------------------------------------
+def _tensors(graph: Graph, facts: Facts) -> dict[str, TensorFacts]:
+    tensors = {}
+    for port in graph.contracts.inputs:
+        tensor = TensorFacts(facts, f"input {port.name}")
+        tensor.dtype = port.dtype
+        tensors[f"input:{port.name}"] = tensor
+    for node in graph.nodes:
+        for port in node.outputs:
+            tensors[f"node:{node.id}/{port}"] = TensorFacts(facts, f"{node.id}.{port}")
+    return tensors
+
+
+def _node_state(node, tensors: dict[str, TensorFacts], facts: Facts) -> NodeState:
+    args, origins, policy = normalize_node(node)
+    inputs = {port: tensors[str(ref)] for port, ref in node.inputs.items()}
+    outputs = {port: tensors[f"node:{node.id}/{port}"] for port in node.outputs}
+    return NodeState(node, args, origins, policy, inputs, outputs, facts)
+
+
+# -- step 3: dtypes and contracts ----------------------------------------------------------------
+def _check_dtypes(states: list[NodeState], tensors: dict[str, TensorFacts], compute: str) -> None:
+    """Check every edge once and give every produced tensor its dtype (§3)."""
+    for state in states:
+        carried = [tensor.dtype for tensor in state.inputs.values()]
+        expected, produced = state.spec.port_dtypes(state.inputs, state.outputs, compute=compute, carried=carried)
+        for port, tensor in state.inputs.items():
+            if expected[port] != "any" and tensor.dtype != expected[port]:
+                raise HNDLError(
+                    "E_DTYPE",
+                    f"{state.spec.alias} port {port!r} expects {expected[port]} but receives {tensor.dtype} "
+                    f"from {state.node.inputs[port]}",
+                    **state.node.where(),
+                    field=port,
+                    remedies=("Feed this port a tensor of the declared dtype; HNDL never casts silently.",),
+                )
+        for port, tensor in state.outputs.items():
+            tensor.dtype = produced[port]
+
+
+def _seed_contracts(graph: Graph, tensors: dict[str, TensorFacts], facts: Facts) -> None:
+    contracts = graph.contracts
+    for port in contracts.inputs:
+        _seed(tensors[f"input:{port.name}"], port.shape, f"input contract {port.name!r}", facts, port.name)
+    for port in contracts.outputs:
+        ref = str(graph.outputs[port.name])
+        _seed(tensors[ref], port.shape, f"output contract {port.name!r}", facts, port.name)
+
+
+def _seed(tensor: TensorFacts, shape: tuple, what: str, facts: Facts, field: str) -> None:
+    try:
+        tensor.set_rank(len(shape), f"{what} is {_text(shape)}")
+        facts.equate(tensor.dims[0], facts.batch, f"{what} axis 0 is the batch")
+        for axis, extent in enumerate(shape[1:], start=1):
+            facts.set_value(tensor.dims[axis], extent, f"{what} axis {axis} is {extent}")
+    except HNDLError as error:
+        raise error.located(field=field) from None
+
+
+# -- step 4: the fixed point -------------------------------------------------------------
+def _sweep(states: list[NodeState], max_iterations: int) -> None:
+    facts = states[0].facts if states else None
+    for _ in range(max_iterations):
+        before = facts.version if facts else 0
+        for state in states:
+            _apply(state)
+        for state in reversed(states):
+            _apply(state)
+        if facts is None or facts.version == before:
+            return
+    raise HNDLError(
+        "E_RESOURCE",
+        f"resolution did not settle within max_iterations={max_iterations} sweeps",
+        remedies=("Raise limits['max_iterations'], or check relations that keep adding facts.",),
+    )
+
+
+def _apply(state: NodeState) -> None:
+    try:
+        apply_patterns(state)
+        if state.spec.relation is not None:
+            view = NodeView(state)
+            state.spec.relation(view)
+            _merge_relation_args(state, view)
+    except HNDLError as error:
+        raise error.located(**state.node.where()) from None
+
+
+def _merge_relation_args(state: NodeState, view: NodeView) -> None:
+    for name, value in view.args.items():
+        if name not in state.args:
+            state.args[name] = state.spec.args[name].normalize(value, name=name, node=state.node.id)
+            state.origins[name] = "inferred"
+            state.facts.version += 1
+        elif state.args[name] != value:
+            raise HNDLError(
+                "E_CONSTRAINT",
+                f"the relation of {state.spec.alias} would rewrite {name}={state.args[name]!r} "
+                f"({state.origins[name]}) to {value!r}",
+                field=name,
+            )
+
+
+# -- step 5: completeness and the frozen plan ----------------------------------------------------
+def _freeze_plan(graph: Graph, states: list[NodeState], tensors: dict[str, TensorFacts], facts: Facts) -> ResolvedPlan:
+    for state in states:
+        for port in (*state.inputs, *state.outputs):
+            _require_complete(state, port)
+    nodes = [_plan_node(state) for state in states]
+    contracts = graph.contracts
+    return ResolvedPlan(
+        frontend=graph.provenance,
+        batch=contracts.batch,
+        dtype=contracts.dtype,
+        inputs=tuple({"name": p.name, "shape": p.shape, "dtype": p.dtype} for p in contracts.inputs),
+        outputs=tuple(
+            {"name": p.name, "ref": str(graph.outputs[p.name]), "shape": p.shape} for p in contracts.outputs
+        ),
+        nodes=nodes,
+    )
+
+
+def _require_complete(state: NodeState, port: str) -> None:
+    tensor = state.tensor(port)
+    if tensor.complete():
+        return
+    shape = tensor.shape()
+    shown = "unknown rank" if shape is None else _text(["?" if entry is None else entry for entry in shape])
+    raise HNDLError(
+        "E_AMBIGUOUS",
+        f"{state.spec.alias} port {port!r} is not determined: {shown}",
+        **state.node.where(),
+        field=port,
+        remedies=(
+            "Give the missing width or channel count explicitly on this node or a neighbour, "
+            "or constrain it through an output contract.",
+        ),
+    )
+
+
+def _plan_node(state: NodeState) -> PlanNode:
+    args, origins = state.args, state.origins
+    for symbol, name in state._dim_args.items():
+        if name not in args:
+            args[name] = state.facts.value(state.symbol(symbol))
+            origins[name] = "inferred"
+    for name, arg in state.spec.args.items():
+        if name not in args:
+            raise HNDLError(
+                "E_UNRESOLVED",
+                f"no relation determined {state.spec.alias} argument {name!r}",
+                **state.node.where(),
+                field=name,
+                remedies=(f"Give {name}= explicitly.",),
+            )
+    input_shapes = {port: tuple(tensor.shape()) for port, tensor in state.inputs.items()}
+    output_shapes = {port: tuple(tensor.shape()) for port, tensor in state.outputs.items()}
+    if state.spec.finalize is not None:
+        finalized = dict(args)
+        state.spec.finalize(finalized, input_shapes, output_shapes)
+        for name, value in finalized.items():
+            if args.get(name, value) != value:
+                raise HNDLError("E_CONSTRAINT", f"finalize of {state.spec.alias} rewrote {name}", **state.node.where())
+            if name not in args:
+                origins[name] = "inferred"
+        args = finalized
+    node = state.node
+    return PlanNode(
+        id=node.id,
+        op=state.spec.qualified,
+        alias=state.spec.alias,
+        args={name: args[name] for name in state.spec.args},
+        inputs={port: str(ref) for port, ref in node.inputs.items()},
+        outputs=node.outputs,
+        input_shapes=input_shapes,
+        output_shapes=output_shapes,
+        initialization=node.init or DEFAULT_INITIALIZATION,
+        trainability=node.trainable or DEFAULT_TRAINABILITY,
+        source={"line": node.line, "column": node.column, "policy": state.policy},
+        provenance={name: origins[name] for name in state.spec.args},
+    )
+
+
+def _text(shape) -> str:
+    return "[" + ", ".join(str(entry) for entry in shape) + "]"

@@ -1,0 +1,143 @@
+"""The bounded view a relation function receives (§8): one node, never the solver itself.
+
+Every member only adds facts. Naming a port the operator does not declare is a bug in the
+declaration and fails with E_REGISTRY.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..errors import HNDLError
+from .facts import TensorFacts
+from .patterns import NodeState
+
+
+class NodeView:
+    """What a relation may read and assert about its own node."""
+
+    __slots__ = ("_state", "args")
+
+    def __init__(self, state: NodeState) -> None:
+        self._state = state
+        #: A mutable copy of the normalized arguments; the resolver merges new keys back.
+        self.args: dict[str, Any] = dict(state.args)
+
+    # -- reading -------------------------------------------------------------------------
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(self._state.inputs)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self._state.outputs)
+
+    @property
+    def spec(self):
+        return self._state.spec
+
+    @property
+    def policy(self) -> Optional[str]:
+        return self._state.policy
+
+    def shape(self, port: str) -> Optional[list]:
+        """Known entries of ``port`` (None where unknown), or None while its rank is unknown."""
+        return self._tensor(port).shape()
+
+    def dtype(self, port: str) -> Optional[str]:
+        return self._tensor(port).dtype
+
+    def batch(self, port: str) -> Optional[str]:
+        """The port's batch entry, ``B`` or a multiple such as ``2*B``, or None."""
+        tensor = self._tensor(port)
+        if tensor.dims is None:
+            return None
+        entry = tensor.facts.render(tensor.dims[0])
+        return entry if isinstance(entry, str) else None
+
+    # -- asserting -----------------------------------------------------------------------
+    def rank(self, port: str, rank: int) -> list:
+        """Assert the rank of ``port`` and return its shape list."""
+        tensor = self._tensor(port)
+        tensor.set_rank(rank, self._reason(f"{port} has rank {rank}"))
+        return tensor.shape()
+
+    def axis(self, port: str, index: int, value: Any, code: str = "E_CONSTRAINT") -> None:
+        """Assert one extent of ``port``: an int, or a batch entry such as ``2*B``."""
+        tensor = self._tensor(port)
+        if tensor.dims is None or not -tensor.rank <= index < tensor.rank:
+            raise HNDLError(
+                "E_REGISTRY",
+                f"relation of {self.spec.alias} asserted axis {index} of {port!r} before its rank was known",
+                node=self._state.node.id,
+            )
+        reason = self._reason(f"{port}[{index}] = {value}")
+        facts = tensor.facts
+        if isinstance(value, str):
+            facts.equate(tensor.dims[index], facts.batch, reason, ratio=_batch_multiple(value, facts.batch_symbol), code=code)
+        else:
+            facts.set_value(tensor.dims[index], value, reason, code=code)
+
+    def equal(self, first: str, second: str) -> None:
+        """Assert that two ports have the same shape."""
+        a, b = self._tensor(first), self._tensor(second)
+        reason = self._reason(f"{first} has the shape of {second}")
+        if a.rank is None and b.rank is not None:
+            a.set_rank(b.rank, reason)
+        elif b.rank is None and a.rank is not None:
+            b.set_rank(a.rank, reason)
+        if a.rank is not None:
+            a.set_rank(b.rank, reason)
+            for var_a, var_b in zip(a.dims, b.dims):
+                a.facts.equate(var_a, var_b, reason)
+
+    def share_batch(self, *ports: str) -> None:
+        """Give the named ports the one batch entry they share."""
+        tensors = [self._tensor(port) for port in ports]
+        known = [tensor for tensor in tensors if tensor.dims is not None]
+        for tensor in known[1:]:
+            tensor.facts.equate(tensor.dims[0], known[0].dims[0], self._reason(f"{', '.join(ports)} share a batch"))
+
+    def arg(self, name: str, value: Any) -> None:
+        """Fill an inferable argument, or confirm the value it already has."""
+        if name not in self.spec.args:
+            raise HNDLError("E_REGISTRY", f"{self.spec.alias} declares no argument {name!r}", node=self._state.node.id)
+        if name in self.args and self.args[name] != value:
+            raise HNDLError(
+                "E_CONSTRAINT",
+                f"{name} is {self.args[name]!r} ({self._state.origins.get(name, 'inferred')}) but the "
+                f"relation of {self.spec.alias} requires {value!r}",
+                node=self._state.node.id,
+                field=name,
+            )
+        self.args[name] = value
+
+    def error(self, code: str, message: str) -> None:
+        """Fail with a stable code at this node's location."""
+        raise HNDLError(code, message, **self._state.node.where())
+
+    # -- helpers -------------------------------------------------------------------------
+    def _tensor(self, port: str) -> TensorFacts:
+        state = self._state
+        if port in state.inputs:
+            return state.inputs[port]
+        if port in state.outputs:
+            return state.outputs[port]
+        raise HNDLError(
+            "E_REGISTRY",
+            f"relation of {self.spec.alias} names port {port!r}, which it does not declare "
+            f"(ports: {', '.join((*state.inputs, *state.outputs))})",
+            node=state.node.id,
+        )
+
+    def _reason(self, text: str) -> str:
+        return f"node {self._state.node.id} ({self.spec.alias}) relation: {text}"
+
+
+def _batch_multiple(entry: str, symbol: str) -> int:
+    if entry == symbol:
+        return 1
+    head, _, tail = entry.partition("*")
+    if tail == symbol and head.isdigit() and not head.startswith("0") and int(head) >= 2:
+        return int(head)
+    raise HNDLError("E_REGISTRY", f"batch entry {entry!r} is neither {symbol!r} nor k*{symbol}")
