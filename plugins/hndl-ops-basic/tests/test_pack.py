@@ -1,0 +1,31 @@
+"""The basic pack registers through its entry point and every example builds and runs."""
+
+import torch
+
+import hndl_ops_basic
+from hndl import Registry
+from hndl.declaration import spec_of
+from hndl.torch import build
+from hndl import resolve
+
+
+def test_entry_point_loads_exactly_the_pack_operators():
+    registry = Registry.from_packs("basic")
+    assert registry.aliases() == tuple(spec_of(cls).alias for cls in hndl_ops_basic.OPERATORS)
+    assert set(registry.aliases()) >= {"linear", "relu", "tanh"}
+
+
+def test_every_declared_example_resolves_builds_and_runs():
+    registry = Registry.from_packs("basic")
+    for cls in hndl_ops_basic.OPERATORS:
+        spec = spec_of(cls)
+        assert spec.summary and spec.docstring and spec.category and spec.examples
+        assert all(arg.help for arg in spec.args.values())
+        for example in spec.examples:
+            plan = resolve(example.source, input_shape=example.input_shape,
+                           output_shape=example.output_shape, registry=registry)
+            module = build(plan, device="cpu", registry=registry)
+            batch = 2
+            x = torch.randn(batch, *example.input_shape[1:])
+            out = module(x=x)["output"]
+            assert tuple(out.shape) == (batch, *example.output_shape[1:])

@@ -1,0 +1,130 @@
+"""ResolvedPlan: immutability and the §7 shape table, character for character."""
+
+import pytest
+
+import hndl
+from hndl import HNDLError
+
+MLP = """
+linear(64)
+relu()
+linear()
+"""
+
+SPEC_MLP_TABLE = """\
+Network: [B, 128] -> [B, 10]  dtype=float32
+index  name  operation  input shape  output shape
+0      n0    linear     [B, 128]     [B, 64]
+1      n1    relu       [B, 64]      [B, 64]
+2      n2    linear     [B, 64]      [B, 10]"""
+
+
+def _lines(text):
+    return [line.rstrip() for line in text.strip("\n").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return hndl.resolve(MLP, input_shape=("B", 128), output_shape=("B", 10))
+
+
+def test_print_plan_matches_the_spec_table_character_for_character(plan, capsys):
+    print(plan)
+    assert _lines(capsys.readouterr().out) == _lines(SPEC_MLP_TABLE)
+    assert repr(plan) == str(plan)
+
+
+def test_plan_restates_first_input_and_output(plan):
+    assert plan.input_shape == ("B", 128)
+    assert plan.output_shape == ("B", 10)
+    assert plan.output_ref == "node:n2/out"
+    assert plan.dtype == "float32" and plan.input_dtype == "float32"
+    assert plan.schema_version == 1 and plan.resolution_version == 1
+    assert plan.frontend["kind"] == "python_config@1"
+    assert plan.frontend["source"] == MLP
+
+
+def test_nodes_are_concrete_in_execution_order(plan):
+    assert [node.id for node in plan.nodes] == ["n0", "n1", "n2"]
+    assert [node.op for node in plan.nodes] == ["linear@1", "relu@1", "linear@1"]
+    head = plan.node("n2")
+    assert dict(head.args) == {"out_features": 10, "bias": True, "in_features": 64}
+    assert dict(head.provenance) == {"out_features": "inferred", "bias": "default", "in_features": "inferred"}
+    assert dict(head.inputs) == {"x": "node:n1/out"}
+    assert head.input_shapes["x"] == ("B", 64) and head.output_shapes["out"] == ("B", 10)
+    assert head.initialization["kind"] == "torch_default@1"
+    assert head.trainability["default"] is None
+    assert head.source["line"] == 4  # original source coordinates
+    with pytest.raises(KeyError):
+        plan.node("missing")
+
+
+def test_plan_is_immutable_all_the_way_down(plan):
+    with pytest.raises(AttributeError):
+        plan.dtype = "float16"
+    with pytest.raises(AttributeError):
+        del plan.nodes
+    with pytest.raises(TypeError):
+        plan.nodes[0].args["out_features"] = 3
+    with pytest.raises(AttributeError):
+        plan.nodes[0].op = "linear@2"
+    with pytest.raises(TypeError):
+        plan.inputs[0]["shape"] = ("B", 1)
+    with pytest.raises(TypeError):
+        plan.nodes[0].initialization["overrides"]["weight"] = 0.0
+    assert isinstance(plan.nodes, tuple)
+
+
+def test_repeated_resolution_is_identical(plan):
+    again = hndl.resolve(MLP, input_shape=("B", 128), output_shape=("B", 10))
+    assert again == plan
+    assert str(again) == str(plan)
+
+
+def test_branched_graph_prints_every_port_with_its_producer():
+    registry = hndl.Registry.builtins()
+    source = """
+h = linear(x, 32, name="hidden")
+a = relu(h, name="left")
+b = tanh(h, name="right")
+out = b
+"""
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve(source, input_shape=("B", 8), output_shape=("B", 32), registry=registry)
+    assert error.value.code == "E_BINDING"  # 'left' reaches no output
+    plan_bound = hndl.resolve(
+        """
+hidden = linear(x, 32, name="hidden")
+left = relu(hidden, name="left")
+right = tanh(hidden, name="right")
+""",
+        input_shape=("B", 8),
+        output_shape={"left": ("B", 32), "right": ("B", 32)},
+        registry=registry,
+    )
+    lines = _lines(str(plan_bound))
+    assert lines[0] == "Network: x=[B, 8] -> left=[B, 32], right=[B, 32] dtype=float32"
+    assert lines[1].split() == ["name", "operation", "inputs", "outputs"]
+    assert lines[2].split() == ["hidden", "linear", "x=[B,", "8]", "<-", "input:x", "out=[B,", "32]"]
+    assert "x=[B, 32] <- node:hidden/out" in lines[3] and "x=[B, 32] <- node:hidden/out" in lines[4]
+    assert len(lines) == 5  # the shared producer appears once
+
+
+def test_header_names_differing_input_dtype():
+    registry = hndl.Registry.builtins()
+
+    @registry.operator(
+        "count_embed",
+        identity="test.count_embed",
+        summary="Embed integer ids as floats for the test.",
+        shape="ids[B, T]:int64 -> out[B, T]",
+    )
+    class CountEmbed(__import__("torch").nn.Module):
+        def forward(self, ids):
+            return ids.float()
+
+    plan = hndl.resolve(
+        "count_embed()\nlinear()", input_shape=("B", 4), output_shape=("B", 2),
+        input_dtype="int64", registry=registry,
+    )
+    assert _lines(str(plan))[0] == "Network: [B, 4] -> [B, 2]  dtype=float32  input_dtype=int64"
