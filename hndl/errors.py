@@ -100,6 +100,15 @@ class HNDLError(Exception):
             text += f"\n  remedy: {remedy}"
         return text
 
+    def __reduce__(self):
+        """Rebuild from the fields, so errors survive pickling (worker processes) and copying."""
+        location = self.location
+        return (
+            _rebuild,
+            (self.code, self.message, (location.line, location.column, location.node, location.field, location.file),
+             self.chain, self.remedies),
+        )
+
     def located(self, **where) -> "HNDLError":
         """Return a copy with location fields that are still unknown filled in."""
         current = self.location
@@ -110,3 +119,9 @@ class HNDLError(Exception):
         return HNDLError(
             self.code, self.message, chain=self.chain, remedies=self.remedies, **fields
         )
+
+
+def _rebuild(code: str, message: str, where: tuple, chain: tuple, remedies: tuple) -> HNDLError:
+    line, column, node, field, file = where
+    return HNDLError(code, message, line=line, column=column, node=node, field=field, file=file,
+                     chain=chain, remedies=remedies)

@@ -94,9 +94,8 @@ def execution_order(graph: Graph, *, max_nodes: int, max_edges: int) -> list[Nod
     for node in nodes:
         _check_ports(node)
         for port, ref in node.inputs.items():
-            _check_ref(ref, index, inputs, f"input {port!r} of node {node.id!r}", node.where())
-    for name, ref in graph.outputs.items():
-        _check_ref(ref, index, inputs, f"public output {name!r}", {"field": name})
+            _check_ref(ref, nodes, index, inputs, f"input {port!r} of node {node.id!r}", node.where())
+    _check_outputs(graph, nodes, index, inputs)
     order = _topological(nodes, index)
     _check_reachability(graph, index)
     return order
@@ -140,13 +139,37 @@ def _check_ports(node: Node) -> None:
             )
 
 
-def _check_ref(ref: Ref, index: dict[str, int], inputs: set[str], what: str, where: Mapping[str, Any]) -> None:
+def _check_outputs(graph: Graph, nodes: list[Node], index: dict[str, int], inputs: set[str]) -> None:
+    """Every declared public output selects exactly one existing tensor, and nothing else is selected."""
+    declared = graph.contracts.output_names
+    for name in declared:
+        if name not in graph.outputs:
+            raise HNDLError("E_OUTPUT", f"public output {name!r} selects no tensor", field=name)
+    for name, ref in graph.outputs.items():
+        if name not in declared:
+            raise HNDLError(
+                "E_OUTPUT", f"{name!r} is not a declared output ({', '.join(declared)})", field=name,
+            )
+        _check_ref(ref, nodes, index, inputs, f"public output {name!r}", {"field": name})
+
+
+def _check_ref(
+    ref: Ref, nodes: list[Node], index: dict[str, int], inputs: set[str], what: str, where: Mapping[str, Any]
+) -> None:
+    """``ref`` names a declared input, or an output port an existing node declares."""
     if ref.node is None:
         if ref.port not in inputs:
             raise HNDLError("E_BINDING", f"{what} reads undeclared input {ref.port!r}", **where)
         return
     if ref.node not in index:
         raise HNDLError("E_BINDING", f"{what} reads unknown node {ref.node!r}", **where)
+    producer = nodes[index[ref.node]]
+    if ref.port not in producer.outputs:
+        raise HNDLError(
+            "E_BINDING",
+            f"{what} reads {ref}, but {producer.id!r} has outputs {', '.join(producer.outputs)}",
+            **where,
+        )
 
 
 def _topological(nodes: list[Node], index: dict[str, int]) -> list[Node]:
@@ -155,7 +178,6 @@ def _topological(nodes: list[Node], index: dict[str, int]) -> list[Node]:
     for position, node in enumerate(nodes):
         producers = {index[ref.node] for ref in node.inputs.values() if ref.node is not None}
         for producer in producers:
-            _check_port_exists(nodes[producer], node, index)
             consumers[producer].append(position)
         waiting[position] = len(producers)
     ready = [position for position, count in enumerate(waiting) if count == 0]
@@ -177,17 +199,6 @@ def _topological(nodes: list[Node], index: dict[str, int]) -> list[Node]:
             remedies=("Break the cycle; every node must read only tensors computed before it.",),
         )
     return order
-
-
-def _check_port_exists(producer: Node, consumer: Node, index: dict[str, int]) -> None:
-    for port, ref in consumer.inputs.items():
-        if ref.node == producer.id and ref.port not in producer.outputs:
-            raise HNDLError(
-                "E_BINDING",
-                f"input {port!r} of node {consumer.id!r} reads {ref}, but {producer.id!r} "
-                f"has outputs {', '.join(producer.outputs)}",
-                **consumer.where(),
-            )
 
 
 def _check_reachability(graph: Graph, index: dict[str, int]) -> None:

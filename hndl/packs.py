@@ -58,7 +58,21 @@ def load_packs(registry, names: Iterable[str]) -> tuple[str, ...]:
         )
     manager = pluggy.PluginManager("hndl")
     manager.add_hookspecs(PackHooks)
-    for name in names:
-        manager.register(available[name].load(), name=name)
+    # pluggy calls the most recently registered plugin first, so register in reverse: packs
+    # then add their operators in the order they were named.
+    for name in reversed(names):
+        manager.register(_load(name, available[name]), name=name)
     manager.hook.hndl_register(registry=registry)
     return names
+
+
+def _load(name: str, entry: metadata.EntryPoint):
+    try:
+        return entry.load()
+    except Exception as error:
+        raise HNDLError(
+            "E_REGISTRY",
+            f"operator pack {name!r} ({getattr(entry, 'value', name)}) failed to import: {type(error).__name__}: {error}",
+            field="packs",
+            remedies=("Reinstall the pack, or leave it out of from_packs(...).",),
+        ) from error

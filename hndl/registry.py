@@ -111,7 +111,7 @@ class Registry:
         return tuple(self._by_alias)
 
     def __contains__(self, alias: object) -> bool:
-        return alias in self._by_alias
+        return isinstance(alias, str) and alias in self._by_alias
 
     def __iter__(self) -> Iterator[OperatorSpec]:
         return iter(tuple(self._by_alias.values()))
@@ -146,17 +146,17 @@ class Registry:
             raise HNDLError("E_REGISTRY", f"pretrained provider {name!r} is already registered", field="provider")
         if not callable(build):
             raise HNDLError("E_REGISTRY", f"provider {name!r} needs a callable builder", field="provider")
+        readouts = dict(readouts or {})
+        for readout_name, fn in readouts.items():
+            _check_readout(readout_name, fn)
         self._providers[name] = build
-        self._readouts[name] = {}
-        for readout_name, fn in (readouts or {}).items():
-            self.pretrained_readout(name, readout_name, fn)
+        self._readouts[name] = readouts
 
     def pretrained_readout(self, provider: str, name: str, fn: Callable[..., Any]) -> None:
         """Register ``fn(model, x)`` as readout ``name`` of an already registered provider."""
         if provider not in self._providers:
             raise HNDLError("E_REGISTRY", f"no pretrained provider {provider!r} is registered", field="provider")
-        if not isinstance(name, str) or not name.isidentifier() or not callable(fn):
-            raise HNDLError("E_REGISTRY", f"readout {name!r} needs an identifier name and a callable", field="readout")
+        _check_readout(name, fn)
         if name in self._readouts[provider]:
             raise HNDLError("E_REGISTRY", f"readout {name!r} of {provider!r} is already registered", field="readout")
         self._readouts[provider][name] = fn
@@ -176,3 +176,8 @@ class Registry:
         """The readouts registered for ``provider``, read-only."""
         self.provider(provider)
         return MappingProxyType(self._readouts[provider])
+
+
+def _check_readout(name: object, fn: object) -> None:
+    if not isinstance(name, str) or not name.isidentifier() or not callable(fn):
+        raise HNDLError("E_REGISTRY", f"readout {name!r} needs an identifier name and a callable", field="readout")

@@ -40,9 +40,19 @@ class Symbol:
             remedies=("Pass symbolic tensors only to operator calls; they hold no data.",),
         )
 
-    __bool__ = __int__ = __index__ = __float__ = __iter__ = __len__ = _refuse
+    __bool__ = __int__ = __index__ = __float__ = __complex__ = __iter__ = __len__ = _refuse
     __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = __matmul__ = __getitem__ = _refuse
-    __array__ = __torch_function__ = _refuse
+    __truediv__ = __rtruediv__ = __neg__ = __array__ = _refuse
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+        """Eager torch functions never run on symbolic tensors."""
+        name = getattr(func, "__name__", repr(func))
+        raise HNDLError(
+            "E_CAPTURE",
+            f"torch.{name} cannot run on a symbolic tensor during capture",
+            remedies=("Use hndl ops (ops.relu, registry.ops...) inside a capture; they record graph nodes.",),
+        )
 
 
 class Binder:
@@ -137,7 +147,7 @@ class Binder:
         for port, symbol in zip(declared, leading):
             ports[port] = symbol
         for key, value in kwargs.items():
-            if key in declared or _is_variadic_key(spec, key):
+            if _is_port_key(spec, key):
                 if key in ports:
                     raise HNDLError(
                         "E_ARGUMENT", f"{spec.alias}: tensor port {key!r} is bound twice", **where, field=key,
@@ -202,7 +212,7 @@ class Binder:
                 )
             author[spec.positional_rest] = tuple(rest)
         for key, value in kwargs.items():
-            if key in RESERVED_METADATA or key in spec.input_ports() or _is_variadic_key(spec, key):
+            if key in RESERVED_METADATA or _is_port_key(spec, key):
                 continue
             if key not in spec.args or (key == "input_count" and spec.shape.variadic_input):
                 raise HNDLError(
@@ -322,6 +332,13 @@ class Binder:
             frontend=frontend,
             provenance=dict(provenance),
         )
+
+
+def _is_port_key(spec: OperatorSpec, key: str) -> bool:
+    """True when keyword ``key`` names one of the operator's tensor input ports."""
+    if spec.shape.variadic_input:
+        return _is_variadic_key(spec, key)
+    return key in spec.input_ports()
 
 
 def _is_variadic_key(spec: OperatorSpec, key: str) -> bool:

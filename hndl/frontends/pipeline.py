@@ -2,7 +2,7 @@
 
 Each one validates its keywords the same way, builds the author graph through its frontend,
 and hands it to the one resolver. A string is always source; a path only comes from
-``resolve_file``; a callable only from ``resolve_callable``. None falls back to another.
+``resolve_file``; a callable only from ``resolve_callable``. No entry point falls back to another.
 """
 
 from __future__ import annotations

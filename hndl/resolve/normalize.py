@@ -19,7 +19,15 @@ def normalize_node(node: Node) -> tuple[dict[str, Any], dict[str, str], Optional
     args: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for name, value in node.args.items():
-        args[name] = spec.args[name].normalize(value, name=name, node=node.id)
+        if name not in spec.args:
+            raise HNDLError(
+                "E_ARGUMENT",
+                f"{spec.alias} has no argument {name!r}",
+                **node.where(),
+                field=name,
+                remedies=(f"Use one of: {', '.join(spec.args) or 'no arguments'}.",),
+            )
+        args[name] = _normalize(node, name, value)
         origins[name] = "explicit"
     policy_identity = None
     if node.policy is not None:
@@ -39,7 +47,7 @@ def normalize_node(node: Node) -> tuple[dict[str, Any], dict[str, str], Optional
                     remedies=(f"Remove {name}= and let the policy supply it, or drop policy={node.policy!r}.",),
                 )
             if name not in args:
-                args[name] = spec.args[name].normalize(required, name=name, node=node.id)
+                args[name] = _normalize(node, name, required)
                 origins[name] = "policy"
     for name, arg in spec.args.items():
         if name in args:
@@ -61,3 +69,11 @@ def normalize_node(node: Node) -> tuple[dict[str, Any], dict[str, str], Optional
         except HNDLError as error:
             raise error.located(**node.where()) from None
     return args, origins, policy_identity
+
+
+def _normalize(node: Node, name: str, value: Any) -> Any:
+    """The declared per-argument validation, failing at the node's source location."""
+    try:
+        return node.spec.args[name].normalize(value, name=name, node=node.id)
+    except HNDLError as error:
+        raise error.located(**node.where(), field=name) from None

@@ -32,7 +32,7 @@ def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
     _check_dtypes(states, tensors, contracts.dtype)
     _seed_contracts(graph, tensors, facts)
     _sweep(states, limits["max_iterations"])
-    return _freeze_plan(graph, states, tensors, facts)
+    return _freeze_plan(graph, states, tensors, facts, limits["max_elements"])
 
 
 # -- step 1/2: tensors and node states ------------------------------------------------------
@@ -124,9 +124,17 @@ def _apply(state: NodeState) -> None:
 
 
 def _merge_relation_args(state: NodeState, view: NodeView) -> None:
+    """Take the arguments a relation filled; it may add values, never rewrite them."""
     for name, value in view.args.items():
+        if name not in state.spec.args:
+            raise HNDLError(
+                "E_REGISTRY",
+                f"the relation of {state.spec.alias} set argument {name!r}, which it does not declare",
+                field=name,
+            )
+        value = state.spec.args[name].normalize(value, name=name, node=state.node.id)
         if name not in state.args:
-            state.args[name] = state.spec.args[name].normalize(value, name=name, node=state.node.id)
+            state.args[name] = value
             state.origins[name] = "inferred"
             state.facts.version += 1
         elif state.args[name] != value:
@@ -139,10 +147,15 @@ def _merge_relation_args(state: NodeState, view: NodeView) -> None:
 
 
 # -- step 5: completeness and the frozen plan ----------------------------------------------------
-def _freeze_plan(graph: Graph, states: list[NodeState], tensors: dict[str, TensorFacts], facts: Facts) -> ResolvedPlan:
+def _freeze_plan(
+    graph: Graph, states: list[NodeState], tensors: dict[str, TensorFacts], facts: Facts, max_elements: int
+) -> ResolvedPlan:
+    for port in graph.contracts.inputs:
+        _bound_elements(tensors[f"input:{port.name}"], max_elements, {"field": port.name})
     for state in states:
         for port in (*state.inputs, *state.outputs):
             _require_complete(state, port)
+            _bound_elements(state.tensor(port), max_elements, {**state.node.where(), "field": port})
     nodes = [_plan_node(state) for state in states]
     contracts = graph.contracts
     return ResolvedPlan(
@@ -175,11 +188,26 @@ def _require_complete(state: NodeState, port: str) -> None:
     )
 
 
+def _bound_elements(tensor: TensorFacts, max_elements: int, where: dict) -> None:
+    """A complete port holds at most ``max_elements`` elements per example (§5 limits)."""
+    count = 1
+    for entry in tensor.shape()[1:]:
+        count *= entry
+    if count > max_elements:
+        raise HNDLError(
+            "E_RESOURCE",
+            f"{tensor.label} holds {count} elements per example, above max_elements={max_elements}",
+            **where,
+            remedies=("Shrink the specification or raise limits['max_elements'].",),
+        )
+
+
 def _plan_node(state: NodeState) -> PlanNode:
     args, origins = state.args, state.origins
     for symbol, name in state._dim_args.items():
-        if name not in args:
-            args[name] = state.facts.value(state.symbol(symbol))
+        value = state.facts.value(state.symbol(symbol))
+        if name not in args and value is not None:
+            args[name] = value
             origins[name] = "inferred"
     for name, arg in state.spec.args.items():
         if name not in args:

@@ -99,9 +99,14 @@ class NodeView:
             tensor.facts.equate(tensor.dims[0], known[0].dims[0], self._reason(f"{', '.join(ports)} share a batch"))
 
     def arg(self, name: str, value: Any) -> None:
-        """Fill an inferable argument, or confirm the value it already has."""
+        """Fill an inferable argument, or confirm the value it already has.
+
+        The value passes the argument's declared validation first, so a relation may write
+        ``3`` for a ``"pair"`` argument and confirm it again on the next sweep.
+        """
         if name not in self.spec.args:
             raise HNDLError("E_REGISTRY", f"{self.spec.alias} declares no argument {name!r}", node=self._state.node.id)
+        value = self.spec.args[name].normalize(value, name=name, node=self._state.node.id)
         if name in self.args and self.args[name] != value:
             raise HNDLError(
                 "E_CONSTRAINT",

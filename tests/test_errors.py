@@ -1,0 +1,212 @@
+"""Tests for hndl.errors: the closed code catalog (§13) and the shape of every HNDL failure."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+import hndl
+from hndl.errors import CODES, HNDLError, Location
+
+#: §13 "Diagnostics", in the order the specification lists the codes.
+SPEC_CODES = [
+    "E_CONSTRAINT",
+    "E_RESHAPE",
+    "E_AMBIGUOUS",
+    "E_UNRESOLVED",
+    "E_DTYPE",
+    "E_POLICY_CONFLICT",
+    "E_ARGUMENT",
+    "E_PRETRAINED",
+    "E_INITIALIZATION",
+    "E_TRAINABILITY",
+    "E_BINDING",
+    "E_NAME",
+    "E_OUTPUT_ARITY",
+    "E_OUTPUT",
+    "E_CURRENT",
+    "E_SYNTAX",
+    "E_CAPTURE",
+    "E_REGISTRY",
+    "E_OPERATOR",
+    "E_SCHEMA",
+    "E_INTEGRITY",
+    "E_RESOURCE",
+    "E_STATE_VERSION",
+    "E_RUNTIME",
+]
+
+
+# -- the closed catalog ------------------------------------------------------------------------
+def test_catalog_is_exactly_the_24_codes_of_section_13_in_order():
+    assert len(SPEC_CODES) == 24
+    assert list(CODES) == SPEC_CODES
+
+
+@pytest.mark.parametrize("code", SPEC_CODES)
+def test_every_catalog_code_has_a_default_remedy(code):
+    assert isinstance(CODES[code], str) and CODES[code].strip()
+
+
+@pytest.mark.parametrize("code", SPEC_CODES)
+def test_every_catalog_code_can_be_raised(code):
+    with pytest.raises(HNDLError) as caught:
+        raise HNDLError(code, "something failed")
+    assert caught.value.code == code
+
+
+@pytest.mark.parametrize("code", ["E_NOPE", "e_schema", "SCHEMA", "", "E_SCHEMA ", None])
+def test_a_code_outside_the_catalog_is_an_hndl_bug(code):
+    with pytest.raises(AssertionError, match="catalog"):
+        HNDLError(code, "message")
+
+
+def test_hndl_error_is_the_public_exception_type():
+    assert hndl.HNDLError is HNDLError
+    assert issubclass(HNDLError, Exception)
+
+
+# -- fields --------------------------------------------------------------------------------------
+def test_code_message_location_chain_and_remedies():
+    error = HNDLError(
+        "E_CONSTRAINT",
+        "Target 30 conflicts with three exact doubling stages: seed would be 3.75",
+        line=3,
+        column=5,
+        node="n9",
+        field="out_features",
+        chain=("n3 doubles H", "n5 doubles H", "n7 doubles H"),
+        remedies=("Ask for an output height divisible by 8.",),
+    )
+    assert error.code == "E_CONSTRAINT"
+    assert error.message == "Target 30 conflicts with three exact doubling stages: seed would be 3.75"
+    assert isinstance(error.location, Location)
+    assert (error.location.line, error.location.column) == (3, 5)
+    assert (error.location.node, error.location.field) == ("n9", "out_features")
+    assert error.chain == ("n3 doubles H", "n5 doubles H", "n7 doubles H")
+    assert error.remedies == ("Ask for an output height divisible by 8.",)
+
+
+def test_location_fields_default_to_unknown():
+    error = HNDLError("E_SCHEMA", "bad contract")
+    assert error.location == Location()
+    assert (error.location.line, error.location.column, error.location.node, error.location.field) == (
+        None, None, None, None,
+    )
+    assert error.chain == ()
+
+
+def test_chain_and_remedies_are_stored_as_tuples():
+    error = HNDLError("E_ARGUMENT", "m", chain=["a", "b"], remedies=["fix it"])
+    assert error.chain == ("a", "b")
+    assert error.remedies == ("fix it",)
+
+
+@pytest.mark.parametrize("code", SPEC_CODES)
+def test_remedies_are_never_empty_the_catalog_default_fills_in(code):
+    assert HNDLError(code, "m").remedies == (CODES[code],)
+    assert HNDLError(code, "m", remedies=()).remedies == (CODES[code],)
+
+
+def test_explicit_remedies_replace_the_default():
+    error = HNDLError("E_RESOURCE", "too big", remedies=("Raise max_nodes.", "Split the graph."))
+    assert error.remedies == ("Raise max_nodes.", "Split the graph.")
+    assert CODES["E_RESOURCE"] not in error.remedies
+
+
+def test_the_location_is_immutable():
+    error = HNDLError("E_NAME", "undefined local", line=2)
+    with pytest.raises(AttributeError):
+        error.location.line = 3
+
+
+# -- rendering -----------------------------------------------------------------------------------
+def test_str_names_code_message_location_chain_and_remedies():
+    error = HNDLError(
+        "E_RESHAPE",
+        "Literal projection width 128 cannot supply required 512 * 4 * 4 = 8192 elements",
+        line=4,
+        column=1,
+        node="n2",
+        field="shape",
+        chain=("n0.out_features = 128 (explicit)", "reshape(512, 4, 4) needs 8192"),
+        remedies=("Omit the projection width so it is inferred.",),
+    )
+    text = str(error)
+    assert text.startswith("E_RESHAPE")
+    assert "Literal projection width 128 cannot supply required 512 * 4 * 4 = 8192 elements" in text
+    assert "node n2" in text
+    assert "field shape" in text
+    assert "line 4" in text and "column 1" in text
+    assert "n0.out_features = 128 (explicit)" in text
+    assert "reshape(512, 4, 4) needs 8192" in text
+    assert "Omit the projection width so it is inferred." in text
+
+
+def test_str_shows_the_default_remedy():
+    assert CODES["E_DTYPE"] in str(HNDLError("E_DTYPE", "int64 tokens reach a float32 port"))
+
+
+def test_str_of_an_unlocated_error_is_code_and_message_first():
+    text = str(HNDLError("E_SCHEMA", "limits must be a mapping"))
+    assert text.splitlines()[0] == "E_SCHEMA: limits must be a mapping"
+
+
+def test_location_renders_each_known_part():
+    assert str(Location()) == ""
+    assert str(Location(node="n0")) == "node n0"
+    assert str(Location(line=7, column=3)) == "line 7, column 3"
+    assert "field bias" in str(Location(node="n1", field="bias"))
+
+
+# -- located() -----------------------------------------------------------------------------------
+def test_located_fills_unknown_fields_only():
+    error = HNDLError("E_ARGUMENT", "out_features must be positive", node="n1", chain=("c",), remedies=("r",))
+    moved = error.located(node="n9", field="out_features", line=2, column=8)
+    assert moved.location.node == "n1"  # already known: kept
+    assert moved.location.field == "out_features"
+    assert (moved.location.line, moved.location.column) == (2, 8)
+    assert (moved.code, moved.message, moved.chain, moved.remedies) == (
+        "E_ARGUMENT", "out_features must be positive", ("c",), ("r",),
+    )
+    assert "line 2" in str(moved) and "node n1" in str(moved)
+
+
+def test_located_returns_a_new_error_and_leaves_the_original_alone():
+    error = HNDLError("E_NAME", "undefined local 'h'")
+    moved = error.located(line=3)
+    assert isinstance(moved, HNDLError)
+    assert moved is not error
+    assert error.location.line is None
+    assert moved.location.line == 3
+
+
+def test_located_never_overwrites_a_known_position():
+    error = HNDLError("E_SYNTAX", "lambda is not allowed", line=5, column=9)
+    moved = error.located(line=1, column=1)
+    assert (moved.location.line, moved.location.column) == (5, 9)
+
+
+def test_located_keeps_the_default_remedy():
+    moved = HNDLError("E_CURRENT", "current is unset").located(node="n4")
+    assert moved.remedies == (CODES["E_CURRENT"],)
+
+
+# -- errors are ordinary exception values ---------------------------------------------------------
+def test_an_error_survives_pickling():
+    # Errors cross process boundaries (the isolated parser worker of §7, multiprocessing hosts).
+    error = HNDLError("E_RESOURCE", "too many nodes", line=2, node="n0", chain=("a",), remedies=("r",))
+    restored = pickle.loads(pickle.dumps(error))
+    assert isinstance(restored, HNDLError)
+    assert (restored.code, restored.message, restored.location, restored.chain, restored.remedies) == (
+        error.code, error.message, error.location, error.chain, error.remedies,
+    )
+    assert str(restored) == str(error)
+
+
+def test_an_error_can_be_copied():
+    error = HNDLError("E_OPERATOR", "unknown operator 'silu'", line=1, column=1)
+    duplicate = copy.copy(error)
+    assert (duplicate.code, duplicate.message, duplicate.location) == (error.code, error.message, error.location)
