@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Optional, Sequence
 
+from .construction import SCHEME_NAMES
 from .errors import HNDLError
 from .shape_dsl import ShapeSignature, parse_shape
 
@@ -47,16 +48,7 @@ __all__ = [
 RESERVED_METADATA: tuple[str, ...] = ("name", "policy", "init", "trainable")
 
 #: The eight initializer scheme names (§11); an alias may not shadow one.
-INITIALIZER_NAMES: tuple[str, ...] = (
-    "xavier_uniform",
-    "xavier_normal",
-    "kaiming_uniform",
-    "kaiming_normal",
-    "truncated_normal",
-    "normal",
-    "uniform",
-    "orthogonal",
-)
+INITIALIZER_NAMES: tuple[str, ...] = SCHEME_NAMES
 
 #: Supported argument types: Python scalars plus three named bounded containers.
 ARG_TYPES: tuple[Any, ...] = (int, float, bool, str, "pair", "ints", "strs")

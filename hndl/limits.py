@@ -40,29 +40,34 @@ SOURCE_BUDGETS: Mapping[str, int] = MappingProxyType(
 
 def validate_limits(limits: Optional[Mapping[str, int]] = None) -> Mapping[str, int]:
     """Merge caller limits over the defaults; unknown keys or non-positive ints are E_SCHEMA."""
-    if limits is None:
-        return DEFAULT_LIMITS
-    if not isinstance(limits, Mapping):
+    return merge_bounds(limits, DEFAULT_LIMITS, "limits")
+
+
+def merge_bounds(given: Optional[Mapping[str, int]], defaults: Mapping[str, int], field: str) -> Mapping[str, int]:
+    """``defaults`` with the positive-int overrides in ``given``; anything else is E_SCHEMA."""
+    if given is None or given is defaults:
+        return defaults
+    if not isinstance(given, Mapping):
         raise HNDLError(
             "E_SCHEMA",
-            f"limits must be a mapping, not {type(limits).__name__}",
-            field="limits",
-            remedies=(f"Pass a dict with some of the keys {', '.join(DEFAULT_LIMITS)}.",),
+            f"{field} must be a mapping, not {type(given).__name__}",
+            field=field,
+            remedies=(f"Pass a dict with some of the keys {', '.join(defaults)}.",),
         )
-    merged = dict(DEFAULT_LIMITS)
-    for key, value in limits.items():
-        if key not in DEFAULT_LIMITS:
+    merged = dict(defaults)
+    for key, value in given.items():
+        if key not in defaults:
             raise HNDLError(
                 "E_SCHEMA",
-                f"unknown limit {key!r}",
-                field="limits",
-                remedies=(f"Use only the keys {', '.join(DEFAULT_LIMITS)}.",),
+                f"unknown {field} key {key!r}",
+                field=field,
+                remedies=(f"Use only the keys {', '.join(defaults)}.",),
             )
         if type(value) is not int or value <= 0:
             raise HNDLError(
                 "E_SCHEMA",
-                f"limit {key!r} must be a positive integer, got {value!r}",
-                field=f"limits.{key}",
+                f"{field} {key!r} must be a positive integer, got {value!r}",
+                field=f"{field}.{key}",
                 remedies=("Give a positive int.",),
             )
         merged[key] = value

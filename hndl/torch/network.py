@@ -23,10 +23,9 @@ def network(
     limits: Optional[Mapping[str, int]] = None,
 ) -> Network:
     """Resolve configuration text and build it; ``model(x)`` returns a tensor."""
-    registry = Registry.builtins() if registry is None else registry
-    plan = resolve(source, input_shape=input_shape, output_shape=output_shape, dtype=dtype,
-                   input_dtype=input_dtype, registry=registry, limits=limits)
-    return construct(plan, Network, device=device, initialization_seed=initialization_seed, registry=registry, limits=limits)
+    return _network(resolve, source, device=device, initialization_seed=initialization_seed, registry=registry,
+                    limits=limits, input_shape=input_shape, output_shape=output_shape, dtype=dtype,
+                    input_dtype=input_dtype)
 
 
 def network_file(
@@ -42,10 +41,9 @@ def network_file(
     limits: Optional[Mapping[str, int]] = None,
 ) -> Network:
     """Load a configuration file (bounded UTF-8), resolve and build it."""
-    registry = Registry.builtins() if registry is None else registry
-    plan = resolve_file(path, input_shape=input_shape, output_shape=output_shape, dtype=dtype,
-                        input_dtype=input_dtype, registry=registry, limits=limits)
-    return construct(plan, Network, device=device, initialization_seed=initialization_seed, registry=registry, limits=limits)
+    return _network(resolve_file, path, device=device, initialization_seed=initialization_seed, registry=registry,
+                    limits=limits, input_shape=input_shape, output_shape=output_shape, dtype=dtype,
+                    input_dtype=input_dtype)
 
 
 def network_from_callable(
@@ -61,7 +59,14 @@ def network_from_callable(
     limits: Optional[Mapping[str, int]] = None,
 ) -> Network:
     """Capture trusted ``fn`` once, resolve and build it."""
+    return _network(resolve_callable, fn, device=device, initialization_seed=initialization_seed, registry=registry,
+                    limits=limits, input_shape=input_shape, output_shape=output_shape, dtype=dtype,
+                    input_dtype=input_dtype)
+
+
+def _network(resolver, specification, *, device, initialization_seed, registry, limits, **contract) -> Network:
+    """Resolve with one frontend, then build under the same registry and limits."""
     registry = Registry.builtins() if registry is None else registry
-    plan = resolve_callable(fn, input_shape=input_shape, output_shape=output_shape, dtype=dtype,
-                            input_dtype=input_dtype, registry=registry, limits=limits)
-    return construct(plan, Network, device=device, initialization_seed=initialization_seed, registry=registry, limits=limits)
+    plan = resolver(specification, registry=registry, limits=limits, **contract)
+    return construct(plan, Network, device=device, initialization_seed=initialization_seed,
+                     registry=registry, limits=limits)

@@ -20,6 +20,7 @@ from keyword import iskeyword
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, NoReturn, Optional, Sequence, Union
 
+from ...construction import SCHEME_NAMES
 from ...errors import HNDLError
 from ...limits import SOURCE_BUDGETS
 from .source import Source, resolve_budgets
@@ -46,17 +47,6 @@ __all__ = [
 GRAMMAR_VERSION = "python_config@1"
 #: The Python grammar the parser is pinned to, whatever the host interpreter accepts.
 PARSER_FEATURE_VERSION = (3, 11)
-#: The closed set of initializer schemes (§11); reserved in every parse request.
-SCHEME_NAMES = (
-    "xavier_uniform",
-    "xavier_normal",
-    "kaiming_uniform",
-    "kaiming_normal",
-    "truncated_normal",
-    "normal",
-    "uniform",
-    "orthogonal",
-)
 
 
 # ---------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
 from ...errors import HNDLError
-from ...limits import SOURCE_BUDGETS
+from ...limits import SOURCE_BUDGETS, merge_bounds
 
 __all__ = ["Source", "load_text", "load_file", "resolve_budgets"]
 
@@ -136,33 +136,7 @@ def resolve_budgets(budgets: Optional[Mapping[str, int]] = None) -> Mapping[str,
     Accepting a partial mapping lets a host raise one limit explicitly without restating
     the others; every value is still checked so no budget is silently disabled.
     """
-    if budgets is None or budgets is SOURCE_BUDGETS:
-        return SOURCE_BUDGETS
-    if not isinstance(budgets, Mapping):
-        raise HNDLError(
-            "E_SCHEMA",
-            f"source budgets must be a mapping, not {type(budgets).__name__}",
-            field="budgets",
-            remedies=(f"Pass a dict with some of the keys {', '.join(SOURCE_BUDGETS)}.",),
-        )
-    merged = dict(SOURCE_BUDGETS)
-    for key, value in budgets.items():
-        if key not in SOURCE_BUDGETS:
-            raise HNDLError(
-                "E_SCHEMA",
-                f"unknown source budget {key!r}",
-                field="budgets",
-                remedies=(f"Use only the keys {', '.join(SOURCE_BUDGETS)}.",),
-            )
-        if type(value) is not int or value <= 0:
-            raise HNDLError(
-                "E_SCHEMA",
-                f"source budget {key!r} must be a positive integer, got {value!r}",
-                field=f"budgets.{key}",
-                remedies=("Give a positive int.",),
-            )
-        merged[key] = value
-    return merged
+    return merge_bounds(budgets, SOURCE_BUDGETS, "budgets")
 
 
 def _line_and_column(text: str, index: int) -> tuple[int, int]:
