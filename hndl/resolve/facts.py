@@ -9,6 +9,7 @@ receives a value: a variable in it renders as ``B`` or ``k*B``.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Optional
 
@@ -18,15 +19,19 @@ from ..errors import HNDLError
 class Facts:
     """Union-find over dimension variables with exact ratios, values and reasons."""
 
-    def __init__(self, *, batch_symbol: str = "B", max_dimension: int = 2**31 - 1) -> None:
+    def __init__(self, *, batch_symbol: str = "B", max_dimension: int = 2**31 - 1, max_multiple: int = 1024) -> None:
         self.batch_symbol = batch_symbol
+        self.max_multiple = max_multiple
         self.max_dimension = max_dimension
         self._parent: list[int] = []
         self._ratio: list[Fraction] = []  # value(var) = ratio * value(parent)
         self._members: dict[int, list[int]] = {}
         self._value: dict[int, int] = {}
         self._reason: dict[int, str] = {}
+        self._origin: dict[int, tuple[int, str]] = {}  # root -> (var given the value, why)
+        self._bounds: dict[int, tuple[int, int, str]] = {}  # root -> (lo, hi, reason), root units
         self._labels: list[str] = []
+        self._proof: dict[int, tuple[int, str]] = {}  # proof forest: var -> (neighbour, equation)
         #: Incremented whenever a fact is added; the solver's fixed-point test reads it.
         self.version = 0
         self.batch = self.new("batch")
@@ -89,6 +94,53 @@ class Facts:
     def known(self, var: int) -> bool:
         return self.render(var) is not None
 
+    def interval(self, var: int) -> Optional[tuple[int, int]]:
+        """The inclusive integer interval known for an unknown ``var``, if any."""
+        root, ratio = self.find(var)
+        if root not in self._bounds or root in self._value:
+            return None
+        lo, hi, _ = self._bounds[root]
+        return int(lo * ratio), int(hi * ratio)
+
+    def explain(self, var: int) -> tuple[str, ...]:
+        """The fact that fixed ``var``'s class value, then the equations leading from it to ``var``."""
+        root = self.find(var)[0]
+        origin = self._origin.get(root)
+        if origin is None:
+            return ()
+        source, why = origin
+        return tuple(dict.fromkeys((why, *self.connection(source, var))))
+
+    def connection(self, a: int, b: int) -> tuple[str, ...]:
+        """The equations that relate ``a`` to ``b`` in one class: the path between them in the proof forest."""
+        ancestors = {a: 0}
+        reasons_a = []
+        node = a
+        while node in self._proof:
+            node, why = self._proof[node]
+            reasons_a.append(why)
+            ancestors[node] = len(reasons_a)
+        reasons_b = []
+        node = b
+        while node not in ancestors and node in self._proof:
+            node, why = self._proof[node]
+            reasons_b.append(why)
+        meet = ancestors.get(node, len(reasons_a))
+        return tuple(dict.fromkeys(reasons_a[:meet] + reasons_b[::-1]))
+
+    def _link_proof(self, a: int, b: int, reason: str) -> None:
+        """Record the equation a ~ b: re-root a's proof tree at a, then hang it under b."""
+        node = a
+        chain = []
+        while node in self._proof:
+            chain.append((node, self._proof[node]))
+            node = self._proof[node][0]
+        for child, (parent, why) in chain:
+            del self._proof[child]
+        for child, (parent, why) in chain:
+            self._proof[parent] = (child, why)
+        self._proof[a] = (b, reason)
+
     def reason(self, var: int) -> Optional[str]:
         """The fact that fixed the value of ``var``'s class, if any."""
         return self._reason.get(self.find(var)[0])
@@ -113,10 +165,42 @@ class Facts:
                     chain=(self._reason[root], reason),
                 )
             return
-        self._check_members(root, root_value, reason, code)
+        self._check_members(root, root_value, reason, code, origin=var)
+        self._check_bounds(root, root_value, reason, code)
         self._value[root] = int(root_value)
         self._reason[root] = reason
+        self._origin[root] = (var, reason)
         self.version += 1
+
+    def bound(self, var: int, lo: int, hi: int, reason: str, *, code: str = "E_CONSTRAINT") -> None:
+        """Intersect ``var`` with the inclusive interval [lo, hi]; a single survivor fixes it."""
+        root, ratio = self.find(var)
+        if self.batch_multiple(var) is not None:
+            return  # batch axes carry multiples, never extents
+        if lo == hi and root not in self._bounds:
+            self.set_value(var, lo, f"{reason} (the interval leaves one value)", code=code)
+            return
+        low = math.ceil(Fraction(lo) / ratio)
+        high = math.floor(Fraction(hi) / ratio)
+        if root in self._bounds:
+            old_lo, old_hi, old_reason = self._bounds[root]
+            if low <= old_lo and high >= old_hi:
+                return
+            low, high = max(low, old_lo), min(high, old_hi)
+            reason = f"{old_reason}; {reason}"
+        if low > high:
+            raise HNDLError(
+                code,
+                f"{self.label(var)} has no admissible value: the intervals it must lie in do not overlap",
+                chain=(reason,),
+            )
+        if root in self._value:
+            self._check_bounds_value(root, low, high, self._value[root], reason, code)
+            return
+        self._bounds[root] = (low, high, reason)
+        self.version += 1
+        if low == high:
+            self.set_value(root, int(low), f"{reason} (the interval leaves one value)", code=code)
 
     def equate(self, a: int, b: int, reason: str, *, ratio: int | Fraction = 1, code: str = "E_CONSTRAINT") -> None:
         """Record ``a == ratio * b``, merging the two classes."""
@@ -156,30 +240,73 @@ class Facts:
         elif value_a is not None:
             implied = Fraction(value_a) / link
             self._check_members(root_b, implied, f"{self._reason[root_a]}; {reason}", code)
+            self._check_bounds(root_b, implied, reason, code)
             self._value[root_b] = int(implied)
             self._reason[root_b] = f"{self._reason[root_a]}; {reason}"
         elif value_b is not None:
             self._check_members(root_a, link * value_b, f"{self._reason[root_b]}; {reason}", code)
+        moved = self._members[root_a]
+        small, large = (a, b) if self.find(a)[0] == root_a else (b, a)
+        self._link_proof(small, large, reason)
+        if root_a in self._origin and root_b not in self._origin:
+            self._origin[root_b] = self._origin[root_a]
+        self._origin.pop(root_a, None)
         self._parent[root_a] = root_b
         self._ratio[root_a] = link
-        for member in self._members.pop(root_a):
-            self._members[root_b].append(member)
+        self._members[root_b].extend(self._members.pop(root_a))
         self._value.pop(root_a, None)
         self._reason.pop(root_a, None)
         self.version += 1
+        if root_a == batch_root:
+            self._check_multiples(self._members[root_b], reason)
+        elif root_b == batch_root:
+            self._check_multiples(moved, reason)
+        if root_a in self._bounds:
+            lo, hi, why = self._bounds.pop(root_a)
+            self.bound(root_a, lo, hi, why, code=code)
 
-    def _check_members(self, root: int, root_value: Fraction, reason: str, code: str) -> None:
+    def _check_multiples(self, members: list[int], reason: str) -> None:
+        """Every variable tied to the batch must be a whole multiple of it, at most max_multiple."""
+        for member in members:
+            multiple = self.batch_multiple(member)
+            if multiple.denominator != 1 or multiple < 1:
+                raise HNDLError(
+                    "E_CONSTRAINT",
+                    f"{self.label(member)} would hold {multiple} plan batches; only whole multiples of "
+                    f"the batch are possible",
+                    chain=(reason,),
+                )
+            if multiple > self.max_multiple:
+                raise HNDLError(
+                    "E_RESOURCE",
+                    f"{self.label(member)} would hold {multiple} plan batches, above {self.max_multiple}",
+                    chain=(reason,),
+                )
+
+    def _check_bounds(self, root: int, root_value: Fraction, reason: str, code: str) -> None:
+        if root in self._bounds:
+            lo, hi, _ = self._bounds[root]
+            self._check_bounds_value(root, lo, hi, root_value, reason, code)
+
+    def _check_bounds_value(self, root: int, lo, hi, value, reason: str, code: str) -> None:
+        if not lo <= value <= hi:
+            raise HNDLError(
+                code,
+                f"{self.label(root)} would be {value}, outside the admissible interval [{lo}, {hi}]",
+                chain=(self._bounds[root][2] if root in self._bounds else "", reason),
+            )
+
+    def _check_members(self, root: int, root_value: Fraction, reason: str, code: str, origin: Optional[int] = None) -> None:
         """Every member of the class must land on a positive integer within bounds."""
+        worst = None
         for member in self._members[root]:
             _, ratio = self.find(member)
             extent = ratio * root_value
             if extent.denominator != 1 or extent <= 0:
-                shown = float(extent) if extent.denominator != 1 else int(extent)
-                raise HNDLError(
-                    code,
-                    f"{self.label(member)} would be {shown}, which is not a positive integer",
-                    chain=(reason,),
-                )
+                rank = (extent.denominator, "[" in self.label(member))
+                if worst is None or rank > worst[0]:
+                    worst = (rank, member, extent)
+                continue
             if extent > self.max_dimension:
                 raise HNDLError(
                     "E_RESOURCE",
@@ -187,6 +314,14 @@ class Facts:
                     chain=(reason,),
                     remedies=("Shrink the specification or raise limits['max_dimension'].",),
                 )
+        if worst is not None:
+            _, member, extent = worst
+            shown = float(extent) if extent.denominator != 1 else int(extent)
+            raise HNDLError(
+                code,
+                f"{self.label(member)} would be {shown}, which is not a positive integer",
+                chain=(reason, *(self.connection(origin, member) if origin is not None else self.explain(member))),
+            )
 
 
 SUPPORTED_RANKS = (2, 3, 4)

@@ -65,12 +65,7 @@ class NodeView:
     def axis(self, port: str, index: int, value: Any, code: str = "E_CONSTRAINT") -> None:
         """Assert one extent of ``port``: an int, or a batch entry such as ``2*B``."""
         tensor = self._tensor(port)
-        if tensor.dims is None or not -tensor.rank <= index < tensor.rank:
-            raise HNDLError(
-                "E_REGISTRY",
-                f"relation of {self.spec.alias} asserted axis {index} of {port!r} before its rank was known",
-                node=self._state.node.id,
-            )
+        self._check_axis(tensor, port, index)
         reason = self._reason(f"{port}[{index}] = {value}")
         facts = tensor.facts
         if isinstance(value, str):
@@ -116,6 +111,88 @@ class NodeView:
                 field=name,
             )
         self.args[name] = value
+
+    def product(self, first: str, second: str, code: str = "E_RESHAPE") -> None:
+        """Assert equal per-example element counts, solving one unknown factor exactly."""
+        a, b = self._tensor(first), self._tensor(second)
+        if a.dims is None or b.dims is None:
+            return
+        facts = a.facts
+        sides = []
+        for port, tensor in ((first, a), (second, b)):
+            known, unknown = 1, []
+            for var in tensor.dims[1:]:
+                value = facts.value(var)
+                if value is None:
+                    unknown.append(var)
+                else:
+                    known *= value
+            sides.append((port, tensor, known, unknown))
+        (pa, ta, ka, ua), (pb, tb, kb, ub) = sides
+        if ua and ub:
+            return
+        if ub and not ua:
+            (pa, ta, ka, ua), (pb, tb, kb, ub) = (pb, tb, kb, ub), (pa, ta, ka, ua)
+        # now the second side is fully known
+        if not ua:
+            if ka != kb:
+                self._reshape_error(pa, ta, pb, tb, code)
+            return
+        if kb % ka:
+            self._reshape_error(pa, ta, pb, tb, code)
+        if len(ua) == 1:
+            facts.set_value(ua[0], kb // ka, self._reason(f"{pa} and {pb} hold the same {kb} elements per example"), code=code)
+
+    def interval(self, port: str, index: int, low: int, high: int) -> None:
+        """Intersect one axis with the inclusive interval [low, high]; it is fixed once it collapses."""
+        tensor = self._tensor(port)
+        self._check_axis(tensor, port, index)
+        tensor.facts.bound(tensor.dims[index], low, high, self._reason(f"{port}[{index}] lies in [{low}, {high}]"))
+
+    def scale(self, port: str, index: int, other: str, other_index: int, factor: int = 1) -> None:
+        """Assert ``port[index] == factor * other[other_index]`` exactly, in both directions.
+
+        An HNDL addition to the §8 view: per-axis equality (factor 1) and exact multiples
+        between two axes, for relations whose axes depend on arguments (split, concat, chunk,
+        transposed convolution).
+        """
+        tensor, source = self._tensor(port), self._tensor(other)
+        self._check_axis(tensor, port, index)
+        self._check_axis(source, other, other_index)
+        tensor.facts.equate(
+            tensor.dims[index], source.dims[other_index],
+            self._reason(f"{port}[{index}] = {factor} * {other}[{other_index}]"), ratio=factor,
+        )
+
+    def _check_axis(self, tensor: TensorFacts, port: str, index: int) -> None:
+        if tensor.dims is None or not -tensor.rank <= index < tensor.rank:
+            raise HNDLError(
+                "E_REGISTRY",
+                f"relation of {self.spec.alias} used axis {index} of {port!r} before its rank was known",
+                node=self._state.node.id,
+            )
+
+    def _reshape_error(self, first: str, a: TensorFacts, second: str, b: TensorFacts, code: str) -> None:
+        def spelled(tensor):
+            entries = [tensor.facts.value(var) for var in tensor.dims[1:]]
+            text = " * ".join("?" if value is None else str(value) for value in entries)
+            if None not in entries:
+                total = 1
+                for value in entries:
+                    total *= value
+                text += f" = {total}" if len(entries) > 1 else ""
+            return text
+
+        chain = tuple(
+            reason for var in (*a.dims[1:], *b.dims[1:]) for reason in a.facts.explain(var)
+        )
+        raise HNDLError(
+            code,
+            f"{first} holds {spelled(a)} elements per example, which cannot supply the "
+            f"{spelled(b)} elements {second} requires",
+            chain=tuple(dict.fromkeys(chain)),
+            remedies=("Change the literal width or the reshape factors so both sides hold the same element count.",),
+        )
 
     def error(self, code: str, message: str) -> None:
         """Fail with a stable code at this node's location."""

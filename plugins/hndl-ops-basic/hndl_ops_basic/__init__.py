@@ -2,11 +2,18 @@
 
 from hndl.packs import hookimpl
 
+from .add import Add
+from .chunk import Chunk
+from .concat import Concat
+from .flatten import Flatten
+from .leaky_relu import LeakyReLU
 from .linear import Linear
 from .relu import ReLU
+from .reshape import Reshape
+from .split import Split
 from .tanh import Tanh
 
-OPERATORS = (Linear, ReLU, Tanh)
+OPERATORS = (Linear, ReLU, LeakyReLU, Tanh, Reshape, Flatten, Split, Chunk, Concat, Add)
 
 
 @hookimpl

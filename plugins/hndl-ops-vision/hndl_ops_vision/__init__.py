@@ -6,7 +6,11 @@ them to whichever registry opted this pack in.
 
 from hndl.packs import hookimpl
 
-OPERATORS: tuple[type, ...] = ()
+from .adaptive_norm import AdaptiveNorm
+from .conv import Conv
+from .deconv import Deconv
+
+OPERATORS = (Conv, Deconv, AdaptiveNorm)
 
 
 @hookimpl

@@ -1,0 +1,64 @@
+"""chunk@1: equal sections of one axis; on axis 0 it divides stacked batches."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hndl import Arg, Example, HNDLError, operator
+
+from .axes import rank_of
+
+
+def _relation(s) -> None:
+    rank = rank_of(s, ("x", *s.outputs))
+    if rank is None:
+        return
+    dim, chunks = s.args["dim"], s.args["chunks"]
+    if dim >= rank:
+        s.error("E_CONSTRAINT", f"chunk dim={dim} is out of range for rank {rank}; use 0 <= dim < {rank}")
+    for port in s.outputs:
+        for axis in range(rank):
+            s.scale("x", axis, port, axis, chunks if axis == dim else 1)
+
+
+@operator(
+    "chunk",
+    summary="Divide one axis into a fixed number of equal sections.",
+    shape="x[B, ...] -> out*",
+    relation=_relation,
+    outputs_from="chunks",
+    batch="relation",
+    shape_text="x[dim] = chunks * out_i[dim] exactly; dim=0 divides stacked batches (2*B -> B, B).",
+    args={
+        "chunks": Arg(int, min=1, max=32, help="Number of equal sections (ports out0 ... outN-1)."),
+        "dim": Arg(int, 1, min=0, help="The axis to divide; 0 divides the batch axis."),
+    },
+    category="shape",
+    examples=(
+        Example("a, b = chunk(2)\nadd(a, b)", ("B", 8), ("B", 4), note="[B,8] gives [B,4] and [B,4]."),
+        Example(
+            "both = concat(x, x, axis=0)\na, b = chunk(both, 2, dim=0)\nadd(a, b)",
+            ("B", 4), ("B", 4), note="chunk(dim=0) inverts concat(axis=0).",
+        ),
+    ),
+)
+class Chunk(nn.Module):
+    """Splits `dim` into exactly `chunks` equal sections, returned as views so first and
+    second derivatives reach the input through every one. The division must be exact; an
+    uneven one fails at resolution. With `dim=0` the input's batch entry must be a whole
+    multiple of `chunks` plan batches. `chunks=1` returns a one-tuple, which clears current."""
+
+    def __init__(self, chunks: int, dim: int = 1) -> None:
+        super().__init__()
+        self.chunks = chunks
+        self.dim = dim
+
+    def forward(self, x):
+        extent = x.shape[self.dim]
+        if extent % self.chunks:
+            raise HNDLError(
+                "E_RUNTIME",
+                f"chunk cannot divide extent {extent} on dim {self.dim} into {self.chunks} equal sections",
+            )
+        return tuple(torch.split(x, extent // self.chunks, dim=self.dim))

@@ -1,0 +1,69 @@
+"""reshape@1: new leading non-batch axes with the same element count per example."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from hndl import Arg, Example, HNDLError, operator
+
+MAX_PREFIX = 3
+
+
+def _validate(args) -> None:
+    if len(args["shape"]) > MAX_PREFIX:
+        raise HNDLError(
+            "E_ARGUMENT",
+            f"reshape takes at most {MAX_PREFIX} leading dimensions (rank 4), got {len(args['shape'])}",
+            field="shape",
+        )
+
+
+def _relation(s) -> None:
+    prefix = s.args["shape"]
+    out = s.shape("out")
+    if out is None and len(prefix) == MAX_PREFIX:
+        out = s.rank("out", MAX_PREFIX + 1)
+    if out is not None:
+        if len(out) - 1 < len(prefix):
+            s.error(
+                "E_CONSTRAINT",
+                f"a reshape prefix of {len(prefix)} dimensions needs an output of rank at least "
+                f"{len(prefix) + 1}, but the output has rank {len(out)}",
+            )
+        for axis, extent in enumerate(prefix, start=1):
+            s.axis("out", axis, extent)
+    s.product("x", "out")
+
+
+@operator(
+    "reshape",
+    summary="Reshape every example to new leading axes, keeping its element count.",
+    shape="x[B, ...] -> out",
+    relation=_relation,
+    shape_text="out[1:len(shape)+1] = shape; prod(out[1:]) = prod(x[1:]); rank from the prefix or neighbours.",
+    positional_rest="shape",
+    validate=_validate,
+    args={
+        "shape": Arg("ints", (), min=1, help="Leading non-batch output dimensions; the rest is inferred."),
+    },
+    category="shape",
+    examples=(
+        Example("reshape(64, 4, 4)", ("B", 1024), ("B", 64, 4, 4), note="Three entries fix rank 4."),
+        Example("reshape()\nlinear()", ("B", 2, 4, 4), ("B", 10), note="Bare reshape takes its rank from linear."),
+    ),
+)
+class Reshape(nn.Module):
+    """Reshapes each example to the resolved output shape, preserving the batch axis and
+    the per-example element count. A prefix of three entries fixes rank 4; a shorter prefix
+    takes its rank from the neighbouring operations, and exactly one unknown factor is solved
+    from the element count. An ambiguous rank or factorization fails instead of guessing."""
+
+    def __init__(self, shape: tuple = (), *, output_shapes) -> None:
+        super().__init__()
+        self.target = tuple(output_shapes["out"][1:])
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], *self.target)
+
+    def extra_repr(self) -> str:
+        return f"target={self.target}"

@@ -1,0 +1,67 @@
+"""split@1: two sections of one axis, the first of a given size and the remainder."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hndl import Arg, Example, operator
+
+from .axes import matching_axes, rank_of
+
+
+def _relation(s) -> None:
+    rank = rank_of(s, ("x", "first", "rest"))
+    if rank is None:
+        return
+    dim = s.args["dim"]
+    if dim >= rank:
+        s.error("E_CONSTRAINT", f"split dim={dim} is out of range for rank {rank}; use 1 <= dim < {rank}")
+    matching_axes(s, "x", ("first", "rest"), rank, skip=dim)
+    if "size" in s.args:
+        s.axis("first", dim, s.args["size"])
+    total, first, rest = (s.shape(port)[dim] for port in ("x", "first", "rest"))
+    if total is not None and first is not None:
+        if not 0 < first < total:
+            s.error("E_CONSTRAINT", f"split size {first} must leave a non-empty remainder of {total}")
+        s.axis("rest", dim, total - first)
+    elif total is not None and rest is not None:
+        if not 0 < rest < total:
+            s.error("E_CONSTRAINT", f"split remainder {rest} must be smaller than the extent {total}")
+        s.axis("first", dim, total - rest)
+    elif first is not None and rest is not None:
+        s.axis("x", dim, first + rest)
+    first = s.shape("first")[dim]
+    if first is not None:
+        s.arg("size", first)
+
+
+@operator(
+    "split",
+    summary="Split one axis into a first section of a given size and the remainder.",
+    shape="x[B, ...] -> first, rest",
+    relation=_relation,
+    shape_text="first[dim] = size, rest[dim] = x[dim] - size; every other axis is shared.",
+    args={
+        "size": Arg(int, min=1, inferable=True, help="Extent of the first section; omitted, it is inferred."),
+        "dim": Arg(int, 1, min=1, help="The non-batch axis to split (1 <= dim < rank)."),
+    },
+    category="shape",
+    examples=(
+        Example('z1, z2 = split(64)\nadd(z1, z2)', ("B", 128), ("B", 64), note="[B,128] gives [B,64] and [B,64]."),
+        Example('z1, z2 = split(64)\nout = z2', ("B", 160), ("B", 96), note="[B,160] gives [B,64] and [B,96]."),
+    ),
+)
+class Split(nn.Module):
+    """Creates exactly two views along `dim`: the first `size` elements, then all remaining
+    elements. It does not repeatedly chunk at `size`. Both outputs are views of the input, so
+    gradients reach it through either; batch splitting and empty sections are rejected."""
+
+    def __init__(self, size: int, dim: int = 1, *, input_shapes) -> None:
+        super().__init__()
+        self.sections = [size, input_shapes["x"][dim] - size]
+        self.dim = dim
+
+    def forward(self, x):
+        first, rest = torch.split(x, self.sections, dim=self.dim)
+        return first, rest

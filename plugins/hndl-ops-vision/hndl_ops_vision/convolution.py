@@ -1,0 +1,89 @@
+"""The convolution arithmetic shared by conv and deconv (§6), one spatial axis at a time.
+
+conv2d:           O = floor((I + 2p - d(k - 1) - 1) / s + 1)
+conv_transpose2d: O = (I - 1)s - 2p + d(k - 1) + output_padding + 1
+
+Forward, a known input extent fixes the output. Backward, an ordinary convolution only
+bounds its input to an interval of s values, fixed only once the interval collapses; a
+transposed convolution inverts exactly when the division is exact.
+"""
+
+from __future__ import annotations
+
+SPATIAL_AXES = (2, 3)
+
+
+def conv_output(extent: int, k: int, s: int, p: int, d: int) -> int:
+    return (extent + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def conv_input_interval(out: int, k: int, s: int, p: int, d: int) -> tuple[int, int]:
+    low = (out - 1) * s - 2 * p + d * (k - 1) + 1
+    return max(low, 1), low + s - 1
+
+
+def transposed_offset(k: int, s: int, p: int, d: int, output_padding: int) -> int:
+    """c in O = s * I + c."""
+    return -s - 2 * p + d * (k - 1) + output_padding + 1
+
+
+def _per_axis(args, axis: int) -> tuple[int, int, int, int]:
+    j = axis - SPATIAL_AXES[0]
+    return args["kernel_size"][j], args["stride"][j], args["padding"][j], args["dilation"][j]
+
+
+def check_groups(s) -> None:
+    """Channels on both sides must divide evenly into groups."""
+    groups = s.args["groups"]
+    for port, name in (("x", "input"), ("out", "output")):
+        shape = s.shape(port)
+        if shape is not None and shape[1] is not None and shape[1] % groups:
+            s.error(
+                "E_CONSTRAINT",
+                f"{s.spec.alias}: {name} channels {shape[1]} are not divisible by groups={groups}",
+            )
+
+
+def conv_relation(s) -> None:
+    """Spatial extents of an ordinary convolution, forward exactly and backward as intervals."""
+    check_groups(s)
+    x, out = s.shape("x"), s.shape("out")
+    if x is None or out is None:
+        return
+    for axis in SPATIAL_AXES:
+        k, st, p, d = _per_axis(s.args, axis)
+        extent = s.shape("x")[axis]
+        if extent is not None:
+            produced = conv_output(extent, k, st, p, d)
+            if produced < 1:
+                s.error("E_CONSTRAINT", f"input extent {extent} on axis {axis} is too small for kernel {k}, dilation {d}, padding {p}")
+            s.axis("out", axis, produced)
+        result = s.shape("out")[axis]
+        if result is not None:
+            s.interval("x", axis, *conv_input_interval(result, k, st, p, d))
+
+
+def transposed_relation(s) -> None:
+    """Spatial extents of a transposed convolution: O = s * I + c, exact in both directions."""
+    check_groups(s)
+    x, out = s.shape("x"), s.shape("out")
+    if x is None or out is None:
+        return
+    for axis in SPATIAL_AXES:
+        k, st, p, d = _per_axis(s.args, axis)
+        offset = transposed_offset(k, st, p, d, s.args["output_padding"][axis - SPATIAL_AXES[0]])
+        if offset == 0:
+            s.scale("out", axis, "x", axis, st)
+            continue
+        extent, result = s.shape("x")[axis], s.shape("out")[axis]
+        if extent is not None:
+            s.axis("out", axis, st * extent + offset)
+        elif result is not None:
+            source, remainder = divmod(result - offset, st)
+            if remainder or source < 1:
+                s.error(
+                    "E_CONSTRAINT",
+                    f"output extent {result} on axis {axis} needs an input of {(result - offset) / st}, "
+                    "not a positive integer",
+                )
+            s.axis("x", axis, source)
