@@ -17,6 +17,8 @@ COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 INTEGER_DTYPES = ("int64", "int32", "bool")
 PORT_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 BATCH_MULTIPLE = re.compile(r"\s*\d+\s*\*")
+MULTIPLE_ENTRY = re.compile(r"([1-9][0-9]*)\*(.+)\Z")
+MAX_BATCH_MULTIPLE = 1024
 MAX_PORTS = 32
 
 
@@ -199,3 +201,29 @@ def _input_dtypes(input_dtype: Any, names: list[str], dtype: str) -> dict[str, s
             )
         result[name] = value
     return result
+
+
+def batch_multiple(entry: Any, symbol: str, *, field: str = "shape") -> int:
+    """k of an internal axis-0 entry: ``symbol`` is 1, ``k*symbol`` is k for 2 <= k <= 1024.
+
+    ``1*B``, ``0*B``, ``B*2``, leading zeros and other symbols are E_SCHEMA; a multiple above
+    1024 is E_RESOURCE. External contracts never carry multiples (``parse_contracts``).
+    """
+    if entry == symbol:
+        return 1
+    match = MULTIPLE_ENTRY.match(entry) if isinstance(entry, str) else None
+    if match is None or match.group(2) != symbol or int(match.group(1)) < 2:
+        raise HNDLError(
+            "E_SCHEMA",
+            f"malformed batch entry {entry!r}: write {symbol!r} for one batch or k*{symbol} with 2 <= k <= "
+            f"{MAX_BATCH_MULTIPLE}",
+            field=field,
+        )
+    multiple = int(match.group(1))
+    if multiple > MAX_BATCH_MULTIPLE:
+        raise HNDLError(
+            "E_RESOURCE",
+            f"batch entry {entry!r} holds more than {MAX_BATCH_MULTIPLE} plan batches",
+            field=field,
+        )
+    return multiple

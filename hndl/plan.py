@@ -16,11 +16,17 @@ RESOLUTION_VERSION = 1
 
 def freeze(value: Any) -> Any:
     """A deeply read-only copy: dicts become mapping proxies, lists become tuples."""
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
         return MappingProxyType({key: freeze(item) for key, item in value.items()})
-    if isinstance(value, (list, tuple)):
+    if kind is tuple or kind is list:
         return tuple(freeze(item) for item in value)
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class _Frozen:

@@ -13,18 +13,19 @@ import math
 from fractions import Fraction
 from typing import Optional
 
+from ..contracts import MAX_BATCH_MULTIPLE
 from ..errors import HNDLError
 
 
 class Facts:
     """Union-find over dimension variables with exact ratios, values and reasons."""
 
-    def __init__(self, *, batch_symbol: str = "B", max_dimension: int = 2**31 - 1, max_multiple: int = 1024) -> None:
+    def __init__(self, *, batch_symbol: str = "B", max_dimension: int = 2**31 - 1, max_multiple: int = MAX_BATCH_MULTIPLE) -> None:
         self.batch_symbol = batch_symbol
         self.max_multiple = max_multiple
         self.max_dimension = max_dimension
         self._parent: list[int] = []
-        self._ratio: list[Fraction] = []  # value(var) = ratio * value(parent)
+        self._ratio: list = []  # value(var) = ratio * value(parent); an int, or a Fraction when not whole
         self._members: dict[int, list[int]] = {}
         self._value: dict[int, int] = {}
         self._reason: dict[int, str] = {}
@@ -41,7 +42,7 @@ class Facts:
         """A fresh, unconstrained variable."""
         var = len(self._parent)
         self._parent.append(var)
-        self._ratio.append(Fraction(1))
+        self._ratio.append(1)
         self._members[var] = [var]
         self._labels.append(label)
         return var
@@ -49,20 +50,27 @@ class Facts:
     def label(self, var: int) -> str:
         return self._labels[var]
 
-    def find(self, var: int) -> tuple[int, Fraction]:
+    def find(self, var: int) -> tuple[int, "int | Fraction"]:
         """The class root of ``var`` and the ratio with ``value(var) = ratio * value(root)``."""
+        parent = self._parent
+        up = parent[var]
+        if up == var:
+            return var, 1
+        if parent[up] == up:
+            return up, self._ratio[var]
         path = []
-        while self._parent[var] != var:
+        while parent[var] != var:
             path.append(var)
-            var = self._parent[var]
+            var = parent[var]
         root = var
         # Compress: walk back from the node nearest the root.
-        acc = Fraction(1)
+        ratios = self._ratio
+        acc = 1
         for node in reversed(path):
-            acc = self._ratio[node] * acc
-            self._ratio[node] = acc
-            self._parent[node] = root
-        return root, (self._ratio[path[0]] if path else Fraction(1))
+            acc = _whole(ratios[node] * acc)
+            ratios[node] = acc
+            parent[node] = root
+        return root, ratios[path[0]]
 
     # -- reading ----------------------------------------------------------------------------
     def value(self, var: int) -> Optional[int]:
@@ -78,7 +86,7 @@ class Facts:
         batch_root, batch_ratio = self.find(self.batch)
         if root != batch_root:
             return None
-        return ratio / batch_ratio
+        return _quotient(ratio, batch_ratio)
 
     def render(self, var: int) -> Optional[object]:
         """``B``, ``k*B`` or an int for a known extent; None while unknown."""
@@ -86,8 +94,8 @@ class Facts:
         if multiple is not None:
             if multiple == 1:
                 return self.batch_symbol
-            if multiple.denominator == 1:
-                return f"{multiple.numerator}*{self.batch_symbol}"
+            if type(multiple) is int:
+                return f"{multiple}*{self.batch_symbol}"
             return None
         return self.value(var)
 
@@ -207,7 +215,7 @@ class Facts:
         root_a, ra = self.find(a)
         root_b, rb = self.find(b)
         # value(a) = ra * A, value(b) = rb * B, and value(a) = ratio * value(b)  =>  A = ratio*rb/ra * B
-        link = Fraction(ratio) * rb / ra
+        link = _quotient(ratio * rb, ra)
         if root_a == root_b:
             if link != 1:
                 raise HNDLError(
@@ -218,7 +226,7 @@ class Facts:
             return
         # Attach the smaller class beneath the larger one.
         if len(self._members[root_a]) > len(self._members[root_b]):
-            root_a, root_b, link = root_b, root_a, 1 / link
+            root_a, root_b, link = root_b, root_a, _quotient(1, link)
         # now: A = link * B, attach A under B.
         value_a, value_b = self._value.get(root_a), self._value.get(root_b)
         batch_root = self.find(self.batch)[0]
@@ -368,3 +376,19 @@ class TensorFacts:
     def complete(self) -> bool:
         shape = self.shape()
         return shape is not None and all(entry is not None for entry in shape)
+
+
+def _whole(ratio):
+    """A ratio as an int when it is whole, so the common cases stay in fast int arithmetic."""
+    if type(ratio) is int or ratio.denominator != 1:
+        return ratio
+    return ratio.numerator
+
+
+def _quotient(numerator, denominator):
+    """The exact quotient of two ratios, as an int when whole."""
+    if type(numerator) is int and type(denominator) is int:
+        if numerator % denominator == 0:
+            return numerator // denominator
+        return Fraction(numerator, denominator)
+    return _whole(Fraction(numerator) / denominator)

@@ -32,16 +32,21 @@ class NodeState:
         self.spec: OperatorSpec = node.spec
         self.args = args
         self.origins = origins
+        #: For each inferred argument, the facts it was derived from (kept in the plan's source).
+        self.derivations: dict[str, tuple[str, ...]] = {}
         self.policy = policy
         self.inputs = inputs
         self.outputs = outputs
         self.facts = facts
-        self.patterns = _expand_patterns(node.spec, inputs, outputs)
+        self.patterns = _expand_patterns(node.spec, tuple(inputs), tuple(outputs))
         self.symbols: dict[str, int] = {}
         self.batch = facts.new(f"{node.id}.B")
         self.ellipsis: Optional[list[int]] = None
-        self._applied: set[str] = set()
         self._dim_args = {arg.dim: name for name, arg in node.spec.args.items() if arg.dim is not None}
+        # What the patterns still have to contribute; once all empty the node's patterns are spent.
+        self._pending_ports = {entry[0] for entry in self.patterns}
+        self._pending_batch = set(inputs) | set(outputs) if node.spec.batch == "shared" else set()
+        self._pending_args = dict(self._dim_args)
 
     def tensor(self, port: str) -> TensorFacts:
         return self.inputs[port] if port in self.inputs else self.outputs[port]
@@ -56,8 +61,16 @@ class NodeState:
         return f"node {self.node.id} ({self.spec.alias}) {port}: {text}"
 
 
-def _expand_patterns(spec: OperatorSpec, inputs, outputs) -> dict[str, PortPattern]:
-    patterns: dict[str, PortPattern] = {}
+_EXPANSIONS: dict = {}
+
+
+def _expand_patterns(spec: OperatorSpec, inputs: tuple, outputs: tuple) -> tuple:
+    """(port, pattern, has ellipsis, pattern text) for every port the DSL constrains, cached per spec."""
+    key = (spec, inputs, outputs)
+    cached = _EXPANSIONS.get(key)
+    if cached is not None:
+        return cached
+    patterns = []
     for declared, ports in ((spec.shape.inputs, inputs), (spec.shape.outputs, outputs)):
         by_name = {pattern.name: pattern for pattern in declared}
         for port in ports:
@@ -65,48 +78,56 @@ def _expand_patterns(spec: OperatorSpec, inputs, outputs) -> dict[str, PortPatte
             if pattern is None and len(declared) == 1 and declared[0].variadic:
                 pattern = declared[0]
             if pattern is not None and pattern.dims is not None:
-                patterns[port] = pattern
-    return patterns
+                patterns.append((port, pattern, pattern.has_ellipsis, str(pattern)))
+    result = tuple(patterns)
+    if len(_EXPANSIONS) < 4096:
+        _EXPANSIONS[key] = result
+    return result
 
 
 def apply_patterns(state: NodeState) -> None:
     """Add every fact the node's declared patterns imply about its ports."""
+    if not (state._pending_ports or state._pending_batch or state._pending_args):
+        return
     facts = state.facts
-    _settle_ellipsis(state)
-    for port, pattern in state.patterns.items():
+    if state.ellipsis is None:
+        _settle_ellipsis(state)
+    for port, pattern, has_ellipsis, text in state.patterns:
+        if port not in state._pending_ports:
+            continue
+        if not has_ellipsis:
+            rank = len(pattern.dims)
+        elif state.ellipsis is not None:
+            rank = len(pattern.dims) - 1 + len(state.ellipsis)
+        else:
+            continue
         tensor = state.tensor(port)
-        if tensor.rank is None:
-            if not pattern.has_ellipsis:
-                tensor.set_rank(len(pattern.dims), state.reason(port, f"pattern {pattern}"))
-            elif state.ellipsis is not None:
-                tensor.set_rank(len(pattern.dims) - 1 + len(state.ellipsis), state.reason(port, f"pattern {pattern}"))
-        if tensor.rank is not None and port not in state._applied:
-            _apply_entries(state, port, pattern, tensor)
-            state._applied.add(port)
-    if state.spec.batch == "shared":
-        for port in (*state.inputs, *state.outputs):
-            tensor = state.tensor(port)
-            if tensor.rank is not None and ("batch:" + port) not in state._applied:
-                facts.equate(tensor.dims[0], state.batch, state.reason(port, "shares the node's batch"))
-                state._applied.add("batch:" + port)
-    for symbol, name in state._dim_args.items():
-        if name in state.args and ("arg:" + name) not in state._applied:
+        tensor.set_rank(rank, state.reason(port, f"pattern {text}"))
+        _apply_entries(state, port, pattern, text, tensor)
+        state._pending_ports.discard(port)
+    for port in tuple(state._pending_batch):
+        tensor = state.tensor(port)
+        if tensor.rank is not None:
+            facts.equate(tensor.dims[0], state.batch, state.reason(port, "shares the node's batch"))
+            state._pending_batch.discard(port)
+    for symbol, name in tuple(state._pending_args.items()):
+        if name in state.args:
             facts.set_value(
                 state.symbol(symbol),
                 state.args[name],
                 f"node {state.node.id} ({state.spec.alias}) {name}={state.args[name]} ({state.origins[name]})",
             )
-            state._applied.add("arg:" + name)
+            del state._pending_args[symbol]
 
 
 def _settle_ellipsis(state: NodeState) -> None:
     """Learn the length of the shared ``...`` run from any port whose rank is known."""
-    for port, pattern in state.patterns.items():
+    for port, pattern, has_ellipsis, text in state.patterns:
         tensor = state.tensor(port)
-        if not pattern.has_ellipsis or tensor.rank is None:
+        if not has_ellipsis or tensor.rank is None:
             continue
         length = tensor.rank - (len(pattern.dims) - 1)
-        reason = state.reason(port, f"rank {tensor.rank} against pattern {pattern}")
+        reason = state.reason(port, f"rank {tensor.rank} against pattern {text}")
         if length < 0:
             raise HNDLError(
                 "E_CONSTRAINT",
@@ -125,7 +146,7 @@ def _settle_ellipsis(state: NodeState) -> None:
             )
 
 
-def _apply_entries(state: NodeState, port: str, pattern: PortPattern, tensor: TensorFacts) -> None:
+def _apply_entries(state: NodeState, port: str, pattern: PortPattern, text: str, tensor: TensorFacts) -> None:
     facts = state.facts
     axis = 0
     for dim in pattern.dims:
@@ -134,7 +155,7 @@ def _apply_entries(state: NodeState, port: str, pattern: PortPattern, tensor: Te
                 facts.equate(tensor.dims[axis], var, state.reason(port, f"axis {axis} is part of '...'"))
                 axis += 1
             continue
-        reason = state.reason(port, f"axis {axis} is {dim} in {pattern}")
+        reason = state.reason(port, f"axis {axis} is {dim} in {text}")
         if dim.kind == "batch":
             if state.spec.batch == "shared":
                 facts.equate(tensor.dims[axis], state.batch, reason)

@@ -8,6 +8,8 @@ module, allocates a tensor or draws a random number.
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from typing import Mapping
 
 from ..errors import HNDLError
@@ -24,6 +26,23 @@ DEFAULT_TRAINABILITY = {"default": None, "overrides": {}}
 
 def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
     """Resolve every omitted dimension of ``graph`` or explain why no plan exists."""
+    with _collector_paused():
+        return _resolve(graph, limits)
+
+
+@contextmanager
+def _collector_paused():
+    """Resolution allocates many small acyclic records; pausing the cyclic collector keeps it linear."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _resolve(graph: Graph, limits: Mapping[str, int]) -> ResolvedPlan:
     order = execution_order(graph, max_nodes=limits["max_nodes"], max_edges=limits["max_edges"])
     contracts = graph.contracts
     facts = Facts(batch_symbol=contracts.batch, max_dimension=limits["max_dimension"])
@@ -136,6 +155,7 @@ def _merge_relation_args(state: NodeState, view: NodeView) -> None:
         if name not in state.args:
             state.args[name] = value
             state.origins[name] = "inferred"
+            state.derivations[name] = (f"the relation of {state.spec.alias} ({state.spec.qualified}) set it from its ports",)
             state.facts.version += 1
         elif state.args[name] != value:
             raise HNDLError(
@@ -152,9 +172,9 @@ def _freeze_plan(
 ) -> ResolvedPlan:
     for port in graph.contracts.inputs:
         _bound_elements(tensors[f"input:{port.name}"], max_elements, {"field": port.name})
+    _require_complete(states)
     for state in states:
         for port in (*state.inputs, *state.outputs):
-            _require_complete(state, port)
             _bound_elements(state.tensor(port), max_elements, {**state.node.where(), "field": port})
     nodes = [_plan_node(state) for state in states]
     contracts = graph.contracts
@@ -170,22 +190,51 @@ def _freeze_plan(
     )
 
 
-def _require_complete(state: NodeState, port: str) -> None:
-    tensor = state.tensor(port)
-    if tensor.complete():
+def _require_complete(states: list[NodeState]) -> None:
+    """Every port shape must be concrete; otherwise report the undetermined ports (E_AMBIGUOUS).
+
+    The lead port is the first one an inverse relation narrowed to an interval, if any, since
+    that is usually where the choice lies; the others follow in the chain.
+    """
+    open_ports = []
+    for state in states:
+        for port in (*state.inputs, *state.outputs):
+            tensor = state.tensor(port)
+            if not tensor.complete():
+                open_ports.append((state, port, tensor))
+    if not open_ports:
         return
-    shape = tensor.shape()
-    shown = "unknown rank" if shape is None else _text(["?" if entry is None else entry for entry in shape])
+    descriptions = [(state, port, _describe_open(tensor)) for state, port, tensor in open_ports]
+    lead = next((entry for entry in descriptions if ".." in entry[2]), descriptions[0])
+    state, port, shown = lead
+    others = tuple(
+        f"{other.node.id} ({other.spec.alias}) {other_port} is {text}"
+        for other, other_port, text in descriptions[:8] if (other, other_port) != (state, port)
+    )
     raise HNDLError(
         "E_AMBIGUOUS",
         f"{state.spec.alias} port {port!r} is not determined: {shown}",
         **state.node.where(),
         field=port,
+        chain=others,
         remedies=(
             "Give the missing width or channel count explicitly on this node or a neighbour, "
             "or constrain it through an output contract.",
         ),
     )
+
+
+def _describe_open(tensor: TensorFacts) -> str:
+    shape = tensor.shape()
+    if shape is None:
+        return "of unknown rank (several ranks remain possible)"
+    return _text([_unknown(tensor.facts, var) if entry is None else entry for var, entry in zip(tensor.dims, shape)])
+
+
+def _unknown(facts, var: int) -> str:
+    """``?`` for a free extent, ``lo..hi`` when an inverse relation left an interval."""
+    interval = facts.interval(var)
+    return "?" if interval is None else f"{interval[0]}..{interval[1]}"
 
 
 def _bound_elements(tensor: TensorFacts, max_elements: int, where: dict) -> None:
@@ -203,12 +252,13 @@ def _bound_elements(tensor: TensorFacts, max_elements: int, where: dict) -> None
 
 
 def _plan_node(state: NodeState) -> PlanNode:
-    args, origins = state.args, state.origins
+    args, origins, derivations = state.args, state.origins, state.derivations
     for symbol, name in state._dim_args.items():
         value = state.facts.value(state.symbol(symbol))
         if name not in args and value is not None:
             args[name] = value
             origins[name] = "inferred"
+            derivations[name] = state.facts.explain(state.symbol(symbol))
     for name, arg in state.spec.args.items():
         if name not in args:
             raise HNDLError(
@@ -228,6 +278,7 @@ def _plan_node(state: NodeState) -> PlanNode:
                 raise HNDLError("E_CONSTRAINT", f"finalize of {state.spec.alias} rewrote {name}", **state.node.where())
             if name not in args:
                 origins[name] = "inferred"
+                derivations[name] = (f"finalize of {state.spec.alias} from the resolved port shapes",)
         args = finalized
     node = state.node
     return PlanNode(
@@ -241,7 +292,7 @@ def _plan_node(state: NodeState) -> PlanNode:
         output_shapes=output_shapes,
         initialization=node.init or DEFAULT_INITIALIZATION,
         trainability=node.trainable or DEFAULT_TRAINABILITY,
-        source={"line": node.line, "column": node.column, "policy": state.policy},
+        source={"line": node.line, "column": node.column, "policy": state.policy, "derivations": derivations},
         provenance={name: origins[name] for name in state.spec.args},
     )
 

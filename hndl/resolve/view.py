@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..contracts import batch_multiple
 from ..errors import HNDLError
 from .facts import TensorFacts
 from .patterns import NodeState
@@ -69,7 +70,7 @@ class NodeView:
         reason = self._reason(f"{port}[{index}] = {value}")
         facts = tensor.facts
         if isinstance(value, str):
-            facts.equate(tensor.dims[index], facts.batch, reason, ratio=_batch_multiple(value, facts.batch_symbol), code=code)
+            facts.equate(tensor.dims[index], facts.batch, reason, ratio=batch_multiple(value, facts.batch_symbol), code=code)
         else:
             facts.set_value(tensor.dims[index], value, reason, code=code)
 
@@ -214,12 +215,3 @@ class NodeView:
 
     def _reason(self, text: str) -> str:
         return f"node {self._state.node.id} ({self.spec.alias}) relation: {text}"
-
-
-def _batch_multiple(entry: str, symbol: str) -> int:
-    if entry == symbol:
-        return 1
-    head, _, tail = entry.partition("*")
-    if tail == symbol and head.isdigit() and not head.startswith("0") and int(head) >= 2:
-        return int(head)
-    raise HNDLError("E_REGISTRY", f"batch entry {entry!r} is neither {symbol!r} nor k*{symbol}")

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional
 import torch
 from torch import nn
 
+from ..contracts import batch_multiple
 from ..errors import HNDLError
 from ..plan import ResolvedPlan, format_shape, shape_table
 
@@ -60,9 +61,7 @@ class _Port:
 def _entry(value: Any, batch: str) -> tuple[str, int]:
     if isinstance(value, int):
         return ("fixed", value)
-    if value == batch:
-        return ("batch", 1)
-    return ("batch", int(value.split("*")[0]))
+    return ("batch", batch_multiple(value, batch))
 
 
 class _Step:
