@@ -166,3 +166,27 @@ def test_an_input_dtype_mapping_naming_an_undeclared_input_fails():
 
 def test_input_dtype_of_another_type_fails():
     fails("E_SCHEMA", ("B", 4), ("B", 4), input_dtype=7)
+
+
+@pytest.mark.parametrize("entry, multiple", [("B", 1), ("2*B", 2), ("3*B", 3), ("1024*B", 1024)])
+def test_an_internal_batch_entry_is_b_or_a_whole_multiple(entry, multiple):
+    from hndl.contracts import batch_multiple
+
+    assert batch_multiple(entry, "B") == multiple
+
+
+@pytest.mark.parametrize("entry", ["1*B", "0*B", "B*2", "02*B", "2*C", "2 * B", "", 2, None, "-2*B"])
+def test_a_malformed_batch_entry_is_a_schema_error(entry):
+    from hndl.contracts import batch_multiple
+
+    with pytest.raises(HNDLError) as error:
+        batch_multiple(entry, "B")
+    assert error.value.code == "E_SCHEMA"
+
+
+def test_a_batch_multiple_beyond_1024_is_a_resource_error():
+    from hndl.contracts import batch_multiple
+
+    with pytest.raises(HNDLError) as error:
+        batch_multiple("1025*B", "B")
+    assert error.value.code == "E_RESOURCE"

@@ -29,7 +29,7 @@ class Facts:
         self._members: dict[int, list[int]] = {}
         self._value: dict[int, int] = {}
         self._reason: dict[int, str] = {}
-        self._origin: dict[int, tuple[int, str]] = {}  # root -> (var given the value, why)
+        self._origin: dict[int, tuple] = {}  # root -> (var given the value, why, premise vars)
         self._bounds: dict[int, tuple[int, int, str]] = {}  # root -> (lo, hi, reason), root units
         self._labels: list[str] = []
         self._proof: dict[int, tuple[int, str]] = {}  # proof forest: var -> (neighbour, equation)
@@ -111,13 +111,23 @@ class Facts:
         return int(lo * ratio), int(hi * ratio)
 
     def explain(self, var: int) -> tuple[str, ...]:
-        """The fact that fixed ``var``'s class value, then the equations leading from it to ``var``."""
+        """How ``var``'s value was derived: the premises' derivations, the fact that fixed its
+        class, then the equations leading from that fact to ``var``."""
+        steps: list[str] = []
+        self._explain(var, steps, set())
+        return tuple(dict.fromkeys(steps))
+
+    def _explain(self, var: int, steps: list[str], seen: set[int]) -> None:
         root = self.find(var)[0]
         origin = self._origin.get(root)
-        if origin is None:
-            return ()
-        source, why = origin
-        return tuple(dict.fromkeys((why, *self.connection(source, var))))
+        if origin is None or root in seen:
+            return
+        seen.add(root)
+        source, why, premises = origin
+        for premise in premises:
+            self._explain(premise, steps, seen)
+        steps.append(why)
+        steps.extend(self.connection(source, var))
 
     def connection(self, a: int, b: int) -> tuple[str, ...]:
         """The equations that relate ``a`` to ``b`` in one class: the path between them in the proof forest."""
@@ -154,8 +164,11 @@ class Facts:
         return self._reason.get(self.find(var)[0])
 
     # -- adding facts -------------------------------------------------------------------
-    def set_value(self, var: int, value: int, reason: str, *, code: str = "E_CONSTRAINT") -> None:
-        """Record ``var == value``; a different known value is a contradiction."""
+    def set_value(self, var: int, value: int, reason: str, *, code: str = "E_CONSTRAINT", premises: tuple = ()) -> None:
+        """Record ``var == value``; a different known value is a contradiction.
+
+        ``premises`` are the variables the value was computed from, so explanations can follow them.
+        """
         root, ratio = self.find(var)
         if root == self.find(self.batch)[0]:
             raise HNDLError(
@@ -177,16 +190,16 @@ class Facts:
         self._check_bounds(root, root_value, reason, code)
         self._value[root] = int(root_value)
         self._reason[root] = reason
-        self._origin[root] = (var, reason)
+        self._origin[root] = (var, reason, tuple(premises))
         self.version += 1
 
-    def bound(self, var: int, lo: int, hi: int, reason: str, *, code: str = "E_CONSTRAINT") -> None:
+    def bound(self, var: int, lo: int, hi: int, reason: str, *, code: str = "E_CONSTRAINT", premises: tuple = ()) -> None:
         """Intersect ``var`` with the inclusive interval [lo, hi]; a single survivor fixes it."""
         root, ratio = self.find(var)
         if self.batch_multiple(var) is not None:
             return  # batch axes carry multiples, never extents
         if lo == hi and root not in self._bounds:
-            self.set_value(var, lo, f"{reason} (the interval leaves one value)", code=code)
+            self.set_value(var, lo, f"{reason} (the interval leaves one value)", code=code, premises=premises)
             return
         low = math.ceil(Fraction(lo) / ratio)
         high = math.floor(Fraction(hi) / ratio)
@@ -208,7 +221,7 @@ class Facts:
         self._bounds[root] = (low, high, reason)
         self.version += 1
         if low == high:
-            self.set_value(root, int(low), f"{reason} (the interval leaves one value)", code=code)
+            self.set_value(root, int(low), f"{reason} (the interval leaves one value)", code=code, premises=premises)
 
     def equate(self, a: int, b: int, reason: str, *, ratio: int | Fraction = 1, code: str = "E_CONSTRAINT") -> None:
         """Record ``a == ratio * b``, merging the two classes."""

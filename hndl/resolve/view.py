@@ -17,12 +17,14 @@ from .patterns import NodeState
 class NodeView:
     """What a relation may read and assert about its own node."""
 
-    __slots__ = ("_state", "args")
+    __slots__ = ("_state", "args", "_read")
 
     def __init__(self, state: NodeState) -> None:
         self._state = state
         #: A mutable copy of the normalized arguments; the resolver merges new keys back.
         self.args: dict[str, Any] = dict(state.args)
+        #: Tensors whose shapes the relation read: the premises of whatever it asserts next.
+        self._read: list[TensorFacts] = []
 
     # -- reading -------------------------------------------------------------------------
     @property
@@ -43,7 +45,9 @@ class NodeView:
 
     def shape(self, port: str) -> Optional[list]:
         """Known entries of ``port`` (None where unknown), or None while its rank is unknown."""
-        return self._tensor(port).shape()
+        tensor = self._tensor(port)
+        self._read.append(tensor)
+        return tensor.shape()
 
     def dtype(self, port: str) -> Optional[str]:
         return self._tensor(port).dtype
@@ -72,7 +76,7 @@ class NodeView:
         if isinstance(value, str):
             facts.equate(tensor.dims[index], facts.batch, reason, ratio=batch_multiple(value, facts.batch_symbol), code=code)
         else:
-            facts.set_value(tensor.dims[index], value, reason, code=code)
+            facts.set_value(tensor.dims[index], value, reason, code=code, premises=self._premises(tensor.dims[index]))
 
     def equal(self, first: str, second: str) -> None:
         """Assert that two ports have the same shape."""
@@ -142,13 +146,16 @@ class NodeView:
         if kb % ka:
             self._reshape_error(pa, ta, pb, tb, code)
         if len(ua) == 1:
-            facts.set_value(ua[0], kb // ka, self._reason(f"{pa} and {pb} hold the same {kb} elements per example"), code=code)
+            premises = tuple(var for var in (*ta.dims[1:], *tb.dims[1:]) if var != ua[0])
+            facts.set_value(ua[0], kb // ka, self._reason(f"{pa} and {pb} hold the same {kb} elements per example"),
+                            code=code, premises=premises)
 
     def interval(self, port: str, index: int, low: int, high: int) -> None:
         """Intersect one axis with the inclusive interval [low, high]; it is fixed once it collapses."""
         tensor = self._tensor(port)
         self._check_axis(tensor, port, index)
-        tensor.facts.bound(tensor.dims[index], low, high, self._reason(f"{port}[{index}] lies in [{low}, {high}]"))
+        tensor.facts.bound(tensor.dims[index], low, high, self._reason(f"{port}[{index}] lies in [{low}, {high}]"),
+                           premises=self._premises(tensor.dims[index]))
 
     def scale(self, port: str, index: int, other: str, other_index: int, factor: int = 1) -> None:
         """Assert ``port[index] == factor * other[other_index]`` exactly, in both directions.
@@ -163,6 +170,14 @@ class NodeView:
         tensor.facts.equate(
             tensor.dims[index], source.dims[other_index],
             self._reason(f"{port}[{index}] = {factor} * {other}[{other_index}]"), ratio=factor,
+        )
+
+    def _premises(self, target: int) -> tuple[int, ...]:
+        """Known extents the relation has read so far, other than ``target``."""
+        facts = self._state.facts
+        return tuple(
+            var for tensor in dict.fromkeys(self._read) if tensor.dims
+            for var in tensor.dims[1:] if var != target and facts.value(var) is not None
         )
 
     def _check_axis(self, tensor: TensorFacts, port: str, index: int) -> None:

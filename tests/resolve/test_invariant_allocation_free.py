@@ -38,6 +38,10 @@ def registry():
 @pytest.fixture
 def guarded(monkeypatch):
     """Refuse module construction, sockets and file opening; check RNG states afterwards."""
+    import torch._dynamo  # noqa: F401  -- finish torch's lazy imports before open() is refused
+
+    with _RefuseTensorOps():
+        pass
 
     def refuse(what):
         def refused(*args, **kwargs):
