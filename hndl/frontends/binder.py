@@ -133,6 +133,13 @@ class Binder:
                     **where,
                     remedies=(f"Write {spec.alias}(tensor, ..., value) with tensors leading.",),
                 )
+            if isinstance(value, (tuple, list)) and any(isinstance(item, Symbol) for item in value):
+                raise HNDLError(
+                    "E_ARGUMENT",
+                    f"{spec.alias}: got a tuple of {len(value)} tensors where one tensor or a value belongs",
+                    **where,
+                    remedies=("Unpack the multi-output result first, e.g. a, b = split(...), and pass one tensor.",),
+                )
         if spec.shape.variadic_input:
             declared = spec.input_ports(len(leading) + sum(1 for key in kwargs if _is_variadic_key(spec, key)))
         else:
@@ -196,7 +203,7 @@ class Binder:
     def _bind_arguments(self, spec: OperatorSpec, values: list, kwargs: Mapping[str, Any], where: dict) -> dict:
         """Positional author values in declaration order, then keywords; no value twice."""
         author: dict[str, Any] = {}
-        positional = list(spec.positional_args)
+        positional = [name for name in spec.positional_args if name in _author_arguments(spec)]
         if spec.positional_rest is not None and spec.positional_rest in positional:
             positional.remove(spec.positional_rest)
         for name, value in zip(positional, values):
@@ -217,7 +224,7 @@ class Binder:
             if key not in spec.args or (key == "input_count" and spec.shape.variadic_input):
                 raise HNDLError(
                     "E_ARGUMENT", f"{spec.alias} has no argument {key!r}", **where, field=key,
-                    remedies=(f"Use one of: {', '.join(spec.args) or 'no arguments'}.",),
+                    remedies=(f"Use one of: {', '.join(_author_arguments(spec)) or 'no arguments'}.",),
                 )
             if key in author:
                 raise HNDLError(
@@ -352,3 +359,10 @@ def _describe(value: Any) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)} values"
     return repr(value) if not isinstance(value, Symbol) else str(value.ref)
+
+
+def _author_arguments(spec: OperatorSpec) -> tuple[str, ...]:
+    """The arguments an author may write: a variadic operator's input_count comes from the call."""
+    if spec.shape.variadic_input:
+        return tuple(name for name in spec.args if name != "input_count")
+    return tuple(spec.args)

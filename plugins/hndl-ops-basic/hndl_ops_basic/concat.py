@@ -49,7 +49,8 @@ def _sum(s, parts, total, axis, *, batch) -> None:
     batch="relation",
     shape_text="out[axis] = sum of x_i[axis]; every other axis must agree exactly; B + B is 2*B on axis 0.",
     args={
-        "input_count": Arg(int, min=2, max=32, help="Number of joined tensors; set from the call."),
+        "input_count": Arg(int, min=2, max=32, positional=False,
+                           help="Number of joined tensors; set from the call, never written by hand."),
         "axis": Arg(int, 1, min=0, positional=False,
                     help="Axis of the complete shape to join along; negative axes are rejected."),
     },

@@ -1,0 +1,272 @@
+"""conv2d@1 (alias conv): the §6 equation per axis, the down2 policy, interval inversion,
+channel inference, numerics against a handwritten nn.Conv2d, and every error code."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import hndl
+from hndl import HNDLError
+from hndl.declaration import spec_of
+from hndl.torch import network
+from hndl_ops_vision.conv import Conv
+
+
+def _fails(source, input_shape, output_shape):
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve(source, input_shape=input_shape, output_shape=output_shape)
+    return error.value
+
+
+def _equation(extent, k, s, p, d):
+    return (extent + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def test_declaration():
+    spec = spec_of(Conv)
+    assert spec.alias == "conv" and spec.qualified == "conv2d@1"
+    assert spec.positional_args == ("out_channels",)
+    assert spec.args["out_channels"].inferable and spec.args["in_channels"].inferable
+    defaults = {name: spec.args[name].default for name in ("stride", "padding", "dilation", "groups", "bias")}
+    assert defaults == {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1, "bias": True}
+    assert not spec.args["kernel_size"].inferable
+    assert set(spec.policies) == {"down2"}
+    assert spec.policies["down2"].identity == "spatial.down2_conv@1"
+
+
+@pytest.mark.parametrize(
+    "size, k, s, p, d",
+    [
+        ((9, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ((28, 28), (4, 4), (2, 2), (1, 1), (1, 1)),
+        ((17, 12), (3, 5), (2, 3), (0, 2), (1, 1)),
+        ((15, 16), (3, 2), (1, 2), (2, 0), (2, 3)),
+        ((5, 11), (1, 1), (3, 4), (0, 0), (1, 1)),
+    ],
+)
+def test_spec_equation_per_axis_matches_torch(size, k, s, p, d):
+    expected = tuple(_equation(size[j], k[j], s[j], p[j], d[j]) for j in range(2))
+    source = f"conv(4, kernel_size={k}, stride={s}, padding={p}, dilation={d})"
+    # Forward: the output extents follow from the input alone (checked against the contract).
+    plan = hndl.resolve(source, input_shape=("B", 3, *size), output_shape=("B", 4, *expected))
+    node = plan.nodes[0]
+    assert node.output_shapes["out"] == ("B", 4, *expected)
+    assert (node.args["kernel_size"], node.args["stride"], node.args["padding"], node.args["dilation"]) == (k, s, p, d)
+    model = network(source, input_shape=("B", 3, *size), output_shape=("B", 4, *expected), device="cpu")
+    assert model(torch.randn(2, 3, *size)).shape == (2, 4, *expected)
+    # Backward: with stride 1 on both axes the inverse interval is one value and fixes an
+    # omitted input; a larger stride leaves an interval of s values, which stays ambiguous.
+    inverse = f"linear()\nreshape(3)\n{source}"
+    if s == (1, 1):
+        plan = hndl.resolve(inverse, input_shape=("B", 2), output_shape=("B", 4, *expected))
+        assert plan.nodes[1].output_shapes["out"] == ("B", 3, *size)
+    else:
+        assert _fails(inverse, ("B", 2), ("B", 4, *expected)).code == "E_AMBIGUOUS"
+    # A wrong output extent on either axis contradicts the equation.
+    for axis in range(2):
+        wrong = list(expected)
+        wrong[axis] += 1
+        assert _fails(source, ("B", 3, *size), ("B", 4, *wrong)).code == "E_CONSTRAINT"
+
+
+def test_same_padding_preserves_size():
+    plan = hndl.resolve(
+        "conv(3, kernel_size=3, stride=1, padding=1)", input_shape=("B", 64, 32, 32), output_shape=("B", 3, 32, 32)
+    )
+    node = plan.nodes[0]
+    assert node.output_shapes["out"] == ("B", 3, 32, 32)
+    assert node.args["in_channels"] == 64 and node.provenance["in_channels"] == "inferred"
+
+
+def test_down2_policy_halves_and_records_its_requirements():
+    plan = hndl.resolve('conv(64, policy="down2")', input_shape=("B", 1, 28, 28), output_shape=("B", 64, 14, 14))
+    node = plan.nodes[0]
+    assert node.output_shapes["out"] == ("B", 64, 14, 14)
+    assert node.args["kernel_size"] == (4, 4)
+    assert node.args["stride"] == (2, 2)
+    assert node.args["padding"] == (1, 1)
+    assert node.args["dilation"] == (1, 1)
+    assert node.args["groups"] == 1
+    for name in ("kernel_size", "stride", "padding", "dilation", "groups"):
+        assert node.provenance[name] == "policy"
+    assert node.provenance["out_channels"] == "explicit"
+    assert node.source["policy"] == "spatial.down2_conv@1"
+
+
+def test_down2_policy_does_not_pick_an_input_from_its_interval():
+    # out 8 with kernel 4, stride 2, padding 1 admits inputs 16 and 17: still ambiguous.
+    error = _fails('linear()\nreshape(3)\nconv(8, policy="down2")', ("B", 10), ("B", 8, 8, 8))
+    assert error.code == "E_AMBIGUOUS"
+
+
+def test_explicit_value_agreeing_with_the_policy_is_kept_as_explicit():
+    plan = hndl.resolve('conv(64, policy="down2", stride=2)', input_shape=("B", 1, 28, 28), output_shape=("B", 64, 14, 14))
+    assert plan.nodes[0].args["stride"] == (2, 2)
+    assert plan.nodes[0].provenance["stride"] == "explicit"
+
+
+@pytest.mark.parametrize("extra", ["stride=1", "kernel_size=3", "padding=0", "groups=2", "dilation=2"])
+def test_explicit_value_contradicting_the_policy_conflicts(extra):
+    error = _fails(f'conv(64, policy="down2", {extra})', ("B", 2, 28, 28), ("B", 64, 14, 14))
+    assert error.code == "E_POLICY_CONFLICT"
+
+
+def test_undeclared_policy_conflicts():
+    error = _fails('conv(64, policy="up2")', ("B", 1, 28, 28), ("B", 64, 14, 14))
+    assert error.code == "E_POLICY_CONFLICT"
+
+
+def test_missing_kernel_size_without_policy_is_an_argument_error():
+    error = _fails("conv(64)", ("B", 1, 28, 28), ("B", 64, 28, 28))
+    assert error.code == "E_ARGUMENT"
+    assert error.location.field == "kernel_size"
+
+
+def test_no_activation_shorthand():
+    error = _fails('conv(8, kernel_size=3, activation="relu")', ("B", 1, 8, 8), ("B", 8, 6, 6))
+    assert error.code == "E_ARGUMENT"
+
+
+@pytest.mark.parametrize(
+    "args",
+    ["kernel_size=0", "kernel_size=-3", "kernel_size=3, stride=0", "kernel_size=3, padding=-1",
+     "kernel_size=3, dilation=0", "kernel_size=3, groups=0", "kernel_size=(1, 2, 3)", "kernel_size=3, bias=1",
+     "kernel_size=True"],
+)
+def test_invalid_arguments_are_argument_errors(args):
+    error = _fails(f"conv(8, {args})", ("B", 2, 8, 8), ("B", 8, 6, 6))
+    assert error.code == "E_ARGUMENT"
+
+
+def test_stride_two_inverse_interval_stays_ambiguous():
+    # kernel 3, stride 2, padding 1: an 8x8 output admits inputs 15 and 16; the reshape's
+    # spatial size (and so the projection width) stays undetermined.
+    error = _fails("linear()\nreshape(3)\nconv(5, kernel_size=3, stride=2, padding=1)", ("B", 10), ("B", 5, 8, 8))
+    assert error.code == "E_AMBIGUOUS"
+
+
+@pytest.mark.parametrize("padding, size", [(1, 8), (0, 10)])
+def test_stride_one_interval_collapses_and_the_input_is_inferred(padding, size):
+    plan = hndl.resolve(
+        f"linear()\nreshape(3)\nconv(5, kernel_size=3, stride=1, padding={padding})", input_shape=("B", 10), output_shape=("B", 5, 8, 8)
+    )
+    assert plan.nodes[1].output_shapes["out"] == ("B", 3, size, size)
+    assert plan.nodes[0].args["out_features"] == 3 * size * size
+
+
+def test_two_intervals_intersect_to_one_input():
+    # [15, 16] from kernel 3 / padding 1 and [16, 17] from kernel 2 intersect at 16.
+    plan = hndl.resolve(
+        "linear()\nr = reshape(3)\na = conv(r, 5, kernel_size=3, stride=2, padding=1)\n"
+        "b = conv(r, 5, kernel_size=2, stride=2)\nadd(a, b)",
+        input_shape=("B", 10),
+        output_shape=("B", 5, 8, 8),
+    )
+    assert plan.nodes[1].output_shapes["out"] == ("B", 3, 16, 16)
+
+
+def test_disjoint_intervals_are_a_contradiction():
+    # kernel 1, padding 5 makes outputs of at least 11; 9 admits no input.
+    error = _fails("linear()\nreshape(3)\nconv(5, kernel_size=1, padding=5)", ("B", 3), ("B", 5, 9, 9))
+    assert error.code == "E_CONSTRAINT"
+
+
+def test_input_smaller_than_the_kernel_is_a_constraint_error():
+    error = _fails("conv(5, kernel_size=5)", ("B", 3, 3, 3), ("B", 5, 1, 1))
+    assert error.code == "E_CONSTRAINT"
+
+
+def test_group_divisibility_of_input_channels():
+    error = _fails("conv(8, kernel_size=3, groups=2)", ("B", 3, 8, 8), ("B", 8, 6, 6))
+    assert error.code == "E_CONSTRAINT"
+
+
+def test_group_divisibility_of_output_channels():
+    error = _fails("conv(3, kernel_size=3, groups=2)", ("B", 4, 8, 8), ("B", 3, 6, 6))
+    assert error.code == "E_CONSTRAINT"
+
+
+@pytest.mark.parametrize("shape", [("B", 8), ("B", 3, 8)])
+def test_non_image_rank_is_a_constraint_error(shape):
+    error = _fails("conv(8, kernel_size=3)", shape, shape)
+    assert error.code == "E_CONSTRAINT"
+
+
+def test_out_channels_inferred_backward_from_the_output_contract():
+    plan = hndl.resolve("conv(kernel_size=3)", input_shape=("B", 4, 8, 8), output_shape=("B", 7, 6, 6))
+    node = plan.nodes[0]
+    assert node.args["out_channels"] == 7
+    assert node.provenance["out_channels"] == "inferred"
+
+
+def test_out_channels_inferred_through_a_following_layer_width():
+    plan = hndl.resolve("conv(kernel_size=3)\nflatten()", input_shape=("B", 4, 8, 8), output_shape=("B", 180))
+    assert plan.nodes[0].args["out_channels"] == 5
+
+
+def test_literal_out_channels_contradicting_the_contract_fails():
+    error = _fails("conv(6, kernel_size=3)", ("B", 4, 8, 8), ("B", 7, 6, 6))
+    assert error.code == "E_CONSTRAINT"
+
+
+@pytest.mark.parametrize(
+    "source, in_shape, out_shape, kwargs",
+    [
+        ("conv(6, kernel_size=3, padding=1)", (3, 9, 7), (6, 9, 7), dict(kernel_size=3, padding=1)),
+        ('conv(6, policy="down2")', (3, 8, 10), (6, 4, 5), dict(kernel_size=4, stride=2, padding=1)),
+        ("conv(6, kernel_size=(3, 1), stride=(2, 1), dilation=(1, 2), groups=3, bias=False)",
+         (3, 9, 7), (6, 4, 7), dict(kernel_size=(3, 1), stride=(2, 1), dilation=(1, 2), groups=3, bias=False)),
+    ],
+)
+def test_numerics_against_a_handwritten_conv2d_forward_and_backward(source, in_shape, out_shape, kwargs):
+    model = network(source, input_shape=("B", *in_shape), output_shape=("B", *out_shape), device="cpu")
+    layer = model.nodes.n_n0
+    reference = nn.Conv2d(in_shape[0], out_shape[0], **kwargs)
+    with torch.no_grad():
+        reference.weight.copy_(layer.weight)
+        if reference.bias is not None:
+            reference.bias.copy_(layer.bias)
+    assert (layer.bias is None) == (reference.bias is None)
+    x = torch.randn(2, *in_shape, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    out = model(x)
+    expected = reference(x_ref)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(
+        out, F.conv2d(x, layer.weight, layer.bias, layer.stride, layer.padding, layer.dilation, layer.groups)
+    )
+    upstream = torch.randn_like(out)
+    (out * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(layer.weight.grad, reference.weight.grad)
+    if reference.bias is not None:
+        torch.testing.assert_close(layer.bias.grad, reference.bias.grad)
+
+
+def test_optimizer_step_matches_the_handwritten_layer():
+    model = network("conv(4, kernel_size=3)", input_shape=("B", 2, 6, 6), output_shape=("B", 4, 4, 4), device="cpu")
+    layer = model.nodes.n_n0
+    reference = nn.Conv2d(2, 4, 3)
+    reference.load_state_dict(layer.state_dict())
+    x = torch.randn(3, 2, 6, 6)
+    for module, net in ((layer, model), (reference, reference)):
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+        net(x).square().mean().backward()
+        optimizer.step()
+    torch.testing.assert_close(layer.weight, reference.weight)
+    torch.testing.assert_close(layer.bias, reference.bias)
+
+
+def test_integer_input_is_a_dtype_error():
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve("conv(3, kernel_size=1)", input_shape=("B", 2, 4, 4), output_shape=("B", 3, 4, 4), input_dtype="int64")
+    assert error.value.code == "E_DTYPE"
+
+
+def test_runtime_spatial_mismatch_is_a_runtime_error():
+    model = network("conv(3, kernel_size=3)", input_shape=("B", 2, 8, 8), output_shape=("B", 3, 6, 6), device="cpu")
+    with pytest.raises(HNDLError) as error:
+        model(torch.randn(2, 2, 9, 9))
+    assert error.value.code == "E_RUNTIME"
