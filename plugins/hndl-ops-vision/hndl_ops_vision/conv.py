@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from hndl import Arg, Example, Policy, operator
+from hndl import Example, Policy, operator
 
-from .convolution import conv_relation
+from .convolution import conv_relation, convolution_args
 
 DOWN2 = Policy(
     "spatial.down2_conv@1",
@@ -21,19 +21,7 @@ DOWN2 = Policy(
     shape="x[B, C_in, H, W] -> out[B, C_out, H_out, W_out]",
     relation=conv_relation,
     shape_text="O = floor((I + 2p - d(k - 1) - 1) / s + 1) per spatial axis; inverted as an interval.",
-    args={
-        "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
-                            help="Output channels. Omit them to infer them from what consumes the result."),
-        "kernel_size": Arg("pair", min=1, positional=False,
-                           help="Kernel extent per spatial axis; required unless a policy supplies it."),
-        "stride": Arg("pair", 1, min=1, positional=False, help="Step between kernel applications."),
-        "padding": Arg("pair", 0, min=0, positional=False, help="Zero padding added on both sides."),
-        "dilation": Arg("pair", 1, min=1, positional=False, help="Spacing between kernel taps."),
-        "groups": Arg(int, 1, min=1, positional=False, help="Channel groups; both channel counts must divide by it."),
-        "bias": Arg(bool, True, positional=False, help="Whether to learn an additive bias per output channel."),
-        "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
-                           help="Input channels; normally inferred from the producer."),
-    },
+    args=convolution_args(),
     policies={"down2": DOWN2},
     category="convolution",
     examples=(

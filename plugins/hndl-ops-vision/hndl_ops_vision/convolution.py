@@ -10,7 +10,28 @@ transposed convolution inverts exactly when the division is exact.
 
 from __future__ import annotations
 
+from hndl import Arg
+
 SPATIAL_AXES = (2, 3)
+
+
+def convolution_args(**extra: Arg) -> dict[str, Arg]:
+    """The argument schema conv and deconv share; ``extra`` entries go before groups."""
+    return {
+        "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
+                            help="Output channels. Omit them to infer them from what consumes the result."),
+        "kernel_size": Arg("pair", min=1, positional=False,
+                           help="Kernel extent per spatial axis; required unless a policy supplies it."),
+        "stride": Arg("pair", 1, min=1, positional=False, help="Step between kernel applications."),
+        "padding": Arg("pair", 0, min=0, positional=False,
+                       help="Padding per spatial axis: added to the input by conv, trimmed from the output by deconv."),
+        **extra,
+        "dilation": Arg("pair", 1, min=1, positional=False, help="Spacing between kernel taps."),
+        "groups": Arg(int, 1, min=1, positional=False, help="Channel groups; both channel counts must divide by it."),
+        "bias": Arg(bool, True, positional=False, help="Whether to learn an additive bias per output channel."),
+        "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
+                           help="Input channels; normally inferred from the producer."),
+    }
 
 
 def conv_output(extent: int, k: int, s: int, p: int, d: int) -> int:

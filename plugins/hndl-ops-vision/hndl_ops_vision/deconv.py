@@ -6,7 +6,7 @@ from torch import nn
 
 from hndl import Arg, Example, HNDLError, Policy, operator
 
-from .convolution import transposed_relation
+from .convolution import convolution_args, transposed_relation
 
 UP2 = Policy(
     "spatial.up2_transpose@1",
@@ -33,20 +33,9 @@ def _validate(args) -> None:
     relation=transposed_relation,
     validate=_validate,
     shape_text="O = (I - 1)s - 2p + d(k - 1) + output_padding + 1 per spatial axis, exact both ways.",
-    args={
-        "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
-                            help="Output channels. Omit them to infer them from what consumes the result."),
-        "kernel_size": Arg("pair", min=1, positional=False,
-                           help="Kernel extent per spatial axis; required unless a policy supplies it."),
-        "stride": Arg("pair", 1, min=1, positional=False, help="Upsampling step."),
-        "padding": Arg("pair", 0, min=0, positional=False, help="Implicit padding removed from both sides."),
-        "output_padding": Arg("pair", 0, min=0, positional=False, help="Extra size added to one side of the output."),
-        "dilation": Arg("pair", 1, min=1, positional=False, help="Spacing between kernel taps."),
-        "groups": Arg(int, 1, min=1, positional=False, help="Channel groups; both channel counts must divide by it."),
-        "bias": Arg(bool, True, positional=False, help="Whether to learn an additive bias per output channel."),
-        "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
-                           help="Input channels; normally inferred from the producer."),
-    },
+    args=convolution_args(
+        output_padding=Arg("pair", 0, min=0, positional=False, help="Extra size added to one side of the output."),
+    ),
     policies={"up2": UP2},
     category="convolution",
     examples=(
