@@ -149,3 +149,41 @@ def test_limits_reach_the_resolver_through_every_entry_point(tmp_path):
         hndl.resolve(GENERATOR, input_shape=("B", 128), output_shape=("B", 3, 32, 32),
                      limits={"max_elements": 4096})
     assert error.value.code == "E_RESOURCE"
+
+
+def test_a_batch_relation_operator_shares_batches_only_where_its_relation_says():
+    registry = Registry.builtins()
+    seen = {}
+
+    def stack_relation(s):
+        s.share_batch("x", "y")  # the two inputs carry the same batch entry
+        for port in ("x", "y", "out"):
+            s.rank(port, 2)
+        s.scale("out", 1, "x", 1)
+        s.scale("y", 1, "x", 1)
+        left, right = s.batch("x"), s.batch("y")
+        seen["inputs"] = (left, right)
+        if left is not None:
+            multiple = 1 if left == "B" else int(left.split("*")[0])
+            s.axis("out", 0, f"{2 * multiple}*B")
+
+    @registry.operator("stack2", identity="test.stack2", summary="Stack two batches of one width.",
+                       shape="x, y -> out", relation=stack_relation, batch="relation")
+    class Stack2(nn.Module):
+        """Concatenates two equally sized batches along axis 0."""
+
+        def forward(self, x, y):
+            return torch.cat((x, y))
+
+    plan = hndl.resolve(
+        "both = stack2(x, x)\na, b = chunk(both, 2, dim=0)\nadd(a, b)",
+        input_shape=("B", 3), output_shape=("B", 3), registry=registry,
+    )
+    assert seen["inputs"] == ("B", "B")
+    assert plan.nodes[0].output_shapes["out"] == ("2*B", 3)
+    with pytest.raises(HNDLError) as error:  # y carries 2*B while share_batch demands x's B
+        hndl.resolve(
+            "both = stack2(x, x)\nstack2(x, both)", input_shape=("B", 3), output_shape=("B", 3),
+            registry=registry,
+        )
+    assert error.value.code == "E_CONSTRAINT"
