@@ -7,6 +7,8 @@ registry it is handed. Hosts opt packs in by name; configuration can never load 
 
 from __future__ import annotations
 
+import functools
+import sys
 from importlib import metadata
 from typing import Iterable
 
@@ -32,10 +34,16 @@ class PackHooks:
 
 def installed_packs() -> dict[str, metadata.EntryPoint]:
     """Every pack installed in this environment, by entry-point name."""
+    return dict(_scan(tuple(sys.path)))
+
+
+@functools.lru_cache(maxsize=8)
+def _scan(search_path: tuple[str, ...]) -> tuple[tuple[str, metadata.EntryPoint], ...]:
+    """Entry points for one ``sys.path``: scanning metadata is slow, and only a path change adds packs."""
     found: dict[str, metadata.EntryPoint] = {}
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(entry.name, entry)
-    return found
+    return tuple(found.items())
 
 
 def load_packs(registry, names: Iterable[str]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from ..registry import Registry
 from ..resolve.resolver import resolve_graph
 from .binder import Binder
 from .capture import capture
-from .config.grammar import parse_config
+from .config.worker import parse_isolated
 from .config.interpret import interpret
 from .config.source import Source, load_file, load_text
 
@@ -77,7 +77,7 @@ def _resolve_source(source: Source, input_shape, output_shape, dtype, input_dtyp
     checked = validate_limits(limits)
     registry = _registry(registry)
     contracts = _contracts(input_shape, output_shape, dtype, input_dtype, registry, checked)
-    program = parse_config(source, aliases=registry.aliases(), inputs=contracts.input_names)
+    program = parse_isolated(source, aliases=registry.aliases(), inputs=contracts.input_names)
     graph = interpret(program, Binder(contracts), registry)
     return resolve_graph(graph, limits=checked)
 

@@ -47,6 +47,8 @@ __all__ = [
 GRAMMAR_VERSION = "python_config@1"
 #: The Python grammar the parser is pinned to, whatever the host interpreter accepts.
 PARSER_FEATURE_VERSION = (3, 11)
+#: The filename of the one AST-only compile the parser performs (the worker's audit hook allows only it).
+PARSE_FILENAME = "<hndl-config>"
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,7 +328,7 @@ def _parse(source: Source) -> ast.Module:
     """Run the pinned parser, turning its failures into located HNDL errors."""
     try:
         return ast.parse(
-            source.text, filename="<config>", mode="exec", feature_version=PARSER_FEATURE_VERSION
+            source.text, filename=PARSE_FILENAME, mode="exec", feature_version=PARSER_FEATURE_VERSION
         )
     except SyntaxError as exc:
         raise _syntax_error(source, exc) from None
