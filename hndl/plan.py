@@ -17,16 +17,26 @@ RESOLUTION_VERSION = 1
 def freeze(value: Any) -> Any:
     """A deeply read-only copy: dicts become mapping proxies, lists become tuples."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in _SCALARS or id(value) in _CONSTANTS:
         return value
     if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
         return MappingProxyType({key: freeze(item) for key, item in value.items()})
+    if kind is tuple and all(type(item) in _SCALARS for item in value):
+        return value
     if kind is tuple or kind is list:
         return tuple(freeze(item) for item in value)
     return value
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_CONSTANTS: set[int] = set()
+
+
+def frozen_constant(value: Any) -> Any:
+    """Freeze a module-level constant once, so plans can share it instead of copying it."""
+    frozen = freeze(value)
+    _CONSTANTS.add(id(frozen))
+    return frozen
 
 
 class _Frozen:

@@ -90,14 +90,19 @@ class Facts:
 
     def render(self, var: int) -> Optional[object]:
         """``B``, ``k*B`` or an int for a known extent; None while unknown."""
-        multiple = self.batch_multiple(var)
-        if multiple is not None:
-            if multiple == 1:
-                return self.batch_symbol
-            if type(multiple) is int:
-                return f"{multiple}*{self.batch_symbol}"
+        root, ratio = self.find(var)
+        value = self._value.get(root)
+        if value is not None:
+            return ratio * value if type(ratio) is int else int(ratio * value)
+        batch_root, batch_ratio = self.find(self.batch)
+        if root != batch_root:
             return None
-        return self.value(var)
+        multiple = _quotient(ratio, batch_ratio)
+        if multiple == 1:
+            return self.batch_symbol
+        if type(multiple) is int:
+            return f"{multiple}*{self.batch_symbol}"
+        return None
 
     def known(self, var: int) -> bool:
         return self.render(var) is not None

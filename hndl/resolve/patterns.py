@@ -45,7 +45,9 @@ class NodeState:
         self._dim_args = {arg.dim: name for name, arg in node.spec.args.items() if arg.dim is not None}
         # What the patterns still have to contribute; once all empty the node's patterns are spent.
         self._pending_ports = {entry[0] for entry in self.patterns}
-        self._pending_batch = set(inputs) | set(outputs) if node.spec.batch == "shared" else set()
+        # Patterned ports meet the node batch through their leading B entry already.
+        patterned = {entry[0] for entry in self.patterns}
+        self._pending_batch = (set(inputs) | set(outputs)) - patterned if node.spec.batch == "shared" else set()
         self._pending_args = dict(self._dim_args)
 
     def tensor(self, port: str) -> TensorFacts:

@@ -14,14 +14,14 @@ from typing import Mapping
 
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
-from ..plan import PlanNode, ResolvedPlan
+from ..plan import PlanNode, ResolvedPlan, frozen_constant
 from .facts import Facts, TensorFacts
 from .normalize import normalize_node
 from .patterns import NodeState, apply_patterns
 from .view import NodeView
 
-DEFAULT_INITIALIZATION = {"kind": "torch_default@1", "overrides": {}}
-DEFAULT_TRAINABILITY = {"default": None, "overrides": {}}
+DEFAULT_INITIALIZATION = frozen_constant({"kind": "torch_default@1", "overrides": {}})
+DEFAULT_TRAINABILITY = frozen_constant({"default": None, "overrides": {}})
 
 
 def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
