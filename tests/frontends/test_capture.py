@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import hndl
-from hndl import HNDLError, Registry, ops, resolve_callable
+from hndl import HNDLError, Registry, ops, resolve, resolve_callable
 
 
 def capture(fn, input_shape=("B", 4), output_shape=("B", 4), **kwargs):
@@ -249,3 +249,34 @@ def test_an_error_names_the_node_and_the_call_site_line():
     error = fails("E_ARGUMENT", capture, fn)
     assert error.location.node == "n1"
     assert error.location.line == line
+
+
+def test_explicit_none_for_init_or_trainable_fails_in_both_frontends():
+    from hndl import ops
+
+    contract = {"input_shape": ("B", 4), "output_shape": ("B", 4)}
+    for keyword, code in (("init", "E_INITIALIZATION"), ("trainable", "E_TRAINABILITY")):
+        with pytest.raises(HNDLError) as error:
+            resolve(f"linear({keyword}=None)", **contract)
+        assert error.value.code == code
+
+        def fn(x, keyword=keyword):
+            ops.linear(**{keyword: None})
+
+        with pytest.raises(HNDLError) as error:
+            resolve_callable(fn, **contract)
+        assert error.value.code == code
+
+
+def test_scheme_functions_return_exactly_the_records_the_parser_builds():
+    import hndl
+
+    source = 'linear(init={"weight": kaiming_normal(a=0.1, mode="fan_out"), "bias": normal(std=0.5)})'
+    from_config = resolve(source, input_shape=("B", 4), output_shape=("B", 4)).nodes[0].initialization
+
+    def fn(x):
+        hndl.ops.linear(init={"weight": hndl.kaiming_normal(a=0.1, mode="fan_out"), "bias": hndl.normal(std=0.5)})
+
+    from_callable = resolve_callable(fn, input_shape=("B", 4), output_shape=("B", 4)).nodes[0].initialization
+    assert from_config == from_callable
+    assert from_config["overrides"]["weight"]["nonlinearity"] == "leaky_relu"
