@@ -19,12 +19,12 @@ def freeze(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS or id(value) in _CONSTANTS:
         return value
+    if kind is tuple or kind is list:
+        if kind is tuple and all(type(item) in _SCALARS for item in value):
+            return value
+        return tuple(freeze(item) for item in value)
     if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
         return MappingProxyType({key: freeze(item) for key, item in value.items()})
-    if kind is tuple and all(type(item) in _SCALARS for item in value):
-        return value
-    if kind is tuple or kind is list:
-        return tuple(freeze(item) for item in value)
     return value
 
 
@@ -37,6 +37,11 @@ def frozen_constant(value: Any) -> Any:
     frozen = freeze(value)
     _CONSTANTS.add(id(frozen))
     return frozen
+
+
+#: The construction records of a node without init= or trainable= (§11), shared by every plan.
+DEFAULT_INITIALIZATION = frozen_constant({"kind": "torch_default@1", "overrides": {}})
+DEFAULT_TRAINABILITY = frozen_constant({"default": None, "overrides": {}})
 
 
 class _Frozen:
@@ -132,6 +137,40 @@ class ResolvedPlan(_Frozen):
             if node.id == node_id:
                 return node
         raise KeyError(node_id)
+
+    # -- persistence and inspection (§10, §13) ----------------------------------------------
+    def to_json(self) -> str:
+        """Canonical JSON with semantic and artifact digests (see ``hndl.persist``)."""
+        from .persist import to_json
+
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, text: str, *, registry=None, limits=None) -> "ResolvedPlan":
+        """Restore a saved plan: format, versions, digests, then every concrete equation."""
+        from .persist import from_json
+
+        return from_json(text, registry=registry, limits=limits)
+
+    @property
+    def semantic_digest(self) -> str:
+        """SHA-256 of the concrete graph, independent of frontend, locations and explanations."""
+        from .persist import semantic_digest
+
+        return semantic_digest(self)
+
+    def describe(self) -> str:
+        """The shape table, the semantic digest, and per node its argument provenance and
+        initialization/trainability records, enough to explain a changed field."""
+        from .inspection import describe
+
+        return describe(self)
+
+    def diff(self, other: "ResolvedPlan") -> tuple:
+        """The nodes and fields that differ from ``other``, each with the origin of both values."""
+        from .inspection import diff
+
+        return diff(self, other)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ResolvedPlan) and all(

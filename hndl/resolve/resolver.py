@@ -14,14 +14,12 @@ from typing import Mapping
 
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
-from ..plan import PlanNode, ResolvedPlan, frozen_constant
+from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan
 from .facts import Facts, TensorFacts
 from .normalize import normalize_node
 from .patterns import NodeState, apply_patterns
 from .view import NodeView
 
-DEFAULT_INITIALIZATION = frozen_constant({"kind": "torch_default@1", "overrides": {}})
-DEFAULT_TRAINABILITY = frozen_constant({"default": None, "overrides": {}})
 
 
 def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
@@ -258,7 +256,7 @@ def _plan_node(state: NodeState) -> PlanNode:
         if name not in args and value is not None:
             args[name] = value
             origins[name] = "inferred"
-            derivations[name] = state.facts.explain(state.symbol(symbol))
+            derivations[name] = _bounded(state.facts.explain(state.symbol(symbol)))
     for name, arg in state.spec.args.items():
         if name not in args:
             raise HNDLError(
@@ -295,6 +293,18 @@ def _plan_node(state: NodeState) -> PlanNode:
         source={"line": node.line, "column": node.column, "policy": state.policy, "derivations": derivations},
         provenance={name: origins[name] for name in state.spec.args},
     )
+
+
+MAX_DERIVATION_STEPS = 32
+
+
+def _bounded(steps: tuple[str, ...]) -> tuple[str, ...]:
+    """Long chains keep their first and last steps, so explanations never dominate a plan."""
+    if len(steps) <= MAX_DERIVATION_STEPS:
+        return steps
+    half = MAX_DERIVATION_STEPS // 2
+    omitted = len(steps) - 2 * half + 1
+    return (*steps[:half], f"... {omitted} more equations of the same chain ...", *steps[-half + 1:])
 
 
 def _text(shape) -> str:

@@ -9,14 +9,19 @@ the interpreter an object it would not have produced itself.
 from __future__ import annotations
 
 import math
-from typing import Any
+from keyword import iskeyword
+from typing import Any, Optional
 
 from ...errors import CODES, HNDLError
-from .grammar import Assign, Call, Evaluate, Literal, Name, Pack, Pos, Program, SchemeCall
+from ...limits import SOURCE_BUDGETS
+from .grammar import SCHEME_NAMES, Assign, Call, Evaluate, Literal, Name, Pack, Pos, Program, SchemeCall
 from .source import Source
 
 #: Deepest value nesting a reply may carry (calls inside calls, literals inside literals).
 MAX_DEPTH = 200
+#: The worker parses with the default source budgets, so no reply value may exceed them.
+_INT_BOUND = 10 ** SOURCE_BUDGETS["max_int_digits"]
+_STRING_BYTES = SOURCE_BUDGETS["max_string_bytes"]
 
 
 # -- encoding (worker side) --------------------------------------------------------------------
@@ -81,83 +86,113 @@ def malformed(detail: str) -> HNDLError:
 
 
 def decode_program(data: Any, source: Source) -> Program:
-    statements = tuple(_decode_statement(item) for item in _list(data, "statements"))
+    """The Program a worker reply describes; ``source`` is the host's own copy of the text."""
+    lines = source.text.count("\n") + 1
+    statements = tuple(_decode_statement(item, lines) for item in _list(data, "statements"))
     return Program(statements=statements, source=source)
 
 
-def decode_error(data: Any) -> HNDLError:
+def decode_error(data: Any, *, file: Optional[str] = None) -> HNDLError:
+    """The HNDLError a worker reply describes; ``file`` is the host-supplied path, if any
+    (the worker only ever sees text, so the host re-attaches the path it read)."""
     record = _dict(data, ("code", "message", "line", "column", "node", "field", "chain", "remedies"))
     code = record["code"]
-    if code not in CODES:
-        raise malformed(f"unknown error code {code!r}")
+    if type(code) is not str or code not in CODES:
+        raise malformed(f"unknown error code {code!r}"[:200])
+    remedies = tuple(_str(item) for item in _list(record["remedies"], "remedies"))
+    if not remedies:
+        raise malformed("error without a remedy")
     return HNDLError(
         code,
         _str(record["message"]),
-        line=_optional_int(record["line"]),
-        column=_optional_int(record["column"]),
+        line=_optional_position(record["line"]),
+        column=_optional_position(record["column"]),
         node=_optional_str(record["node"]),
         field=_optional_str(record["field"]),
-        file=None,
+        file=file,
         chain=tuple(_str(item) for item in _list(record["chain"], "chain")),
-        remedies=tuple(_str(item) for item in _list(record["remedies"], "remedies")),
+        remedies=remedies,
     )
 
 
-def _decode_statement(data: Any):
+def _decode_statement(data: Any, lines: int):
     kind = _kind(data)
     if kind == "assign":
         record = _dict(data, ("k", "targets", "unpack", "value", "pos"))
-        targets = tuple(_identifier(item) for item in _list(record["targets"], "targets"))
+        targets = tuple(_local(item) for item in _list(record["targets"], "targets"))
         unpack = record["unpack"]
         if type(unpack) is not bool or not targets or (not unpack and len(targets) != 1):
             raise malformed("bad assignment targets")
-        value = _decode_expr(record["value"], 0)
+        if len(set(targets)) != len(targets):
+            raise malformed("repeated assignment target")
+        value = _decode_expr(record["value"], 0, lines)
         if isinstance(value, Literal):
             raise malformed("literal assignment value")
-        return Assign(targets=targets, unpack=unpack, value=value, pos=_decode_pos(record["pos"]))
+        return Assign(targets=targets, unpack=unpack, value=value, pos=_decode_pos(record["pos"], lines))
     if kind == "eval":
         record = _dict(data, ("k", "call", "pos"))
-        call = _decode_expr(record["call"], 0)
+        call = _decode_expr(record["call"], 0, lines)
         if not isinstance(call, Call):
             raise malformed("expression statement that is not a call")
-        return Evaluate(call=call, pos=_decode_pos(record["pos"]))
-    raise malformed(f"unknown statement kind {kind!r}")
+        return Evaluate(call=call, pos=_decode_pos(record["pos"], lines))
+    raise malformed(f"unknown statement kind {kind!r}"[:200])
 
 
-def _decode_expr(data: Any, depth: int):
+def _decode_expr(data: Any, depth: int, lines: int):
     if depth > MAX_DEPTH:
         raise malformed("nesting too deep")
     kind = _kind(data)
     if kind == "name":
         record = _dict(data, ("k", "name", "pos"))
-        return Name(name=_identifier(record["name"]), pos=_decode_pos(record["pos"]))
+        return Name(name=_local(record["name"]), pos=_decode_pos(record["pos"], lines))
     if kind == "pack":
         record = _dict(data, ("k", "items", "pos"))
-        items = tuple(_decode_expr(item, depth + 1) for item in _list(record["items"], "items"))
-        if not all(isinstance(item, Name) for item in items):
-            raise malformed("pack of non-names")
-        return Pack(items=items, pos=_decode_pos(record["pos"]))
+        items = tuple(_decode_expr(item, depth + 1, lines) for item in _list(record["items"], "items"))
+        if not items or not all(isinstance(item, Name) for item in items):
+            raise malformed("pack that is not a non-empty tuple of names")
+        return Pack(items=items, pos=_decode_pos(record["pos"], lines))
     if kind == "call":
         record = _dict(data, ("k", "alias", "args", "kwargs", "pos"))
-        args = tuple(_decode_expr(item, depth + 1) for item in _list(record["args"], "args"))
+        args = tuple(_decode_expr(item, depth + 1, lines) for item in _list(record["args"], "args"))
         kwargs = []
+        seen = set()
         for pair in _list(record["kwargs"], "kwargs"):
             key, value = _pair(pair)
-            kwargs.append((_identifier(key), _decode_expr(value, depth + 1)))
+            key = _identifier(key)
+            if key in seen:
+                raise malformed("repeated keyword argument")
+            seen.add(key)
+            if key == "init" and _kind(value) == "literal":
+                # Only the direct values of an init mapping may be scheme calls (grammar.py).
+                record_value = _dict(value, ("k", "value", "pos"))
+                decoded = Literal(value=_decode_value(record_value["value"], depth + 2, lines, init=True),
+                                  pos=_decode_pos(record_value["pos"], lines))
+            else:
+                decoded = _decode_expr(value, depth + 1, lines)
+            kwargs.append((key, decoded))
         if any(isinstance(item, Pack) for item in args) or any(isinstance(v, Pack) for _, v in kwargs):
             raise malformed("pack inside a call")
-        return Call(alias=_identifier(record["alias"]), args=args, kwargs=tuple(kwargs), pos=_decode_pos(record["pos"]))
+        return Call(alias=_identifier(record["alias"]), args=args, kwargs=tuple(kwargs),
+                    pos=_decode_pos(record["pos"], lines))
     if kind == "literal":
         record = _dict(data, ("k", "value", "pos"))
-        return Literal(value=_decode_value(record["value"], depth + 1), pos=_decode_pos(record["pos"]))
-    raise malformed(f"unknown expression kind {kind!r}")
+        return Literal(value=_decode_value(record["value"], depth + 1, lines), pos=_decode_pos(record["pos"], lines))
+    raise malformed(f"unknown expression kind {kind!r}"[:200])
 
 
-def _decode_value(data: Any, depth: int) -> Any:
+def _decode_value(data: Any, depth: int, lines: int, *, init: bool = False) -> Any:
+    """A literal value. ``init``: this is the dict of an init keyword, whose direct values
+    may be scheme calls; nothing else may hold one."""
     if depth > MAX_DEPTH:
         raise malformed("nesting too deep")
-    if data is None or type(data) in (bool, int, str):
+    if data is None or type(data) is bool:
         return data
+    if type(data) is int:
+        if abs(data) >= _INT_BOUND:
+            raise malformed("integer beyond the literal bound")
+        return data
+    if type(data) is str:
+        return _text(data)
     if type(data) is not dict or len(data) not in (1, 3):
         raise malformed("bad literal")
     if set(data) == {"float"}:
@@ -168,26 +203,41 @@ def _decode_value(data: Any, depth: int) -> Any:
             raise malformed("bad float") from None
         if not math.isfinite(number):
             raise malformed("non-finite float")
+        if repr(number) != text:
+            raise malformed("float not in its canonical form")
         return number
     if set(data) == {"tuple"}:
-        return tuple(_decode_value(item, depth + 1) for item in _list(data["tuple"], "tuple"))
+        return tuple(_decode_value(item, depth + 1, lines) for item in _list(data["tuple"], "tuple"))
     if set(data) == {"list"}:
-        return [_decode_value(item, depth + 1) for item in _list(data["list"], "list")]
+        return [_decode_value(item, depth + 1, lines) for item in _list(data["list"], "list")]
     if set(data) == {"dict"}:
         result = {}
         for pair in _list(data["dict"], "dict"):
             key, value = _pair(pair)
-            if not isinstance(key, str) or key in result:
+            if type(key) is not str or key in result:
                 raise malformed("bad dict key")
-            result[key] = _decode_value(value, depth + 1)
+            if init and type(value) is dict and set(value) == {"scheme", "kwargs", "pos"}:
+                result[_text(key)] = _decode_scheme(value, depth + 1, lines)
+            else:
+                result[_text(key)] = _decode_value(value, depth + 1, lines)
         return result
     if set(data) == {"scheme", "kwargs", "pos"}:
-        kwargs = []
-        for pair in _list(data["kwargs"], "kwargs"):
-            key, value = _pair(pair)
-            kwargs.append((_identifier(key), _decode_value(value, depth + 1)))
-        return SchemeCall(scheme=_identifier(data["scheme"]), kwargs=tuple(kwargs), pos=_decode_pos(data["pos"]))
+        raise malformed("initializer scheme call outside an init mapping")
     raise malformed("bad literal")
+
+
+def _decode_scheme(data: dict, depth: int, lines: int) -> SchemeCall:
+    scheme = _identifier(data["scheme"])
+    if scheme not in SCHEME_NAMES:
+        raise malformed(f"unknown initializer scheme {scheme!r}")
+    kwargs = []
+    for pair in _list(data["kwargs"], "kwargs"):
+        key, value = _pair(pair)
+        key = _identifier(key)
+        if any(key == seen for seen, _ in kwargs):
+            raise malformed("repeated scheme keyword")
+        kwargs.append((key, _decode_value(value, depth + 1, lines)))
+    return SchemeCall(scheme=scheme, kwargs=tuple(kwargs), pos=_decode_pos(data["pos"], lines))
 
 
 # -- strict primitives -------------------------------------------------------------------
@@ -221,15 +271,33 @@ def _str(data: Any) -> str:
     return data
 
 
+def _text(data: str) -> str:
+    """Literal text: valid Unicode (no lone surrogates) within the string budget."""
+    if len(data) > _STRING_BYTES or len(data.encode("utf-8", "surrogatepass")) > _STRING_BYTES:
+        raise malformed("string beyond the literal bound")
+    if any("\ud800" <= char <= "\udfff" for char in data):
+        raise malformed("string with a lone surrogate")
+    return data
+
+
 def _identifier(data: Any) -> str:
-    if type(data) is not str or not data.isidentifier():
+    """An alias or keyword-argument name: a Python identifier that is not a keyword."""
+    if type(data) is not str or not data.isidentifier() or iskeyword(data):
         raise malformed("expected an identifier")
     return data
 
 
-def _optional_int(data: Any):
-    if data is not None and type(data) is not int:
-        raise malformed("expected an int")
+def _local(data: Any) -> str:
+    """A tensor local or input name: also never a reserved double-underscore name."""
+    name = _identifier(data)
+    if name.startswith("__"):
+        raise malformed("reserved double-underscore name")
+    return name
+
+
+def _optional_position(data: Any):
+    if data is not None and (type(data) is not int or data < 1):
+        raise malformed("bad error position")
     return data
 
 
@@ -237,7 +305,10 @@ def _optional_str(data: Any):
     return None if data is None else _str(data)
 
 
-def _decode_pos(data: Any) -> Pos:
-    if type(data) is not list or len(data) != 2 or not all(type(item) is int and item >= 0 for item in data):
+def _decode_pos(data: Any, lines: int) -> Pos:
+    """A 1-based (line, column) on one of the source's ``lines``."""
+    if type(data) is not list or len(data) != 2 or not all(type(item) is int and item >= 1 for item in data):
         raise malformed("bad position")
+    if data[0] > lines:
+        raise malformed("position past the end of the source")
     return Pos(line=data[0], column=data[1])

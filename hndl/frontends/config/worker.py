@@ -4,8 +4,9 @@ Python's own parser can exhaust memory or time before any allowlist sees the tre
 configuration source is parsed and validated in a separate, persistent worker process: its
 address space and CPU time are capped with ``resource.setrlimit``, each request has a
 wall-clock deadline, replies are size-bounded JSON decoded strictly by ``wire``, and an audit
-hook inside the worker refuses exec, imports, file opening and any compilation other than
-the parser's own. Any failure kills the worker; the next request starts a fresh one.
+hook inside the worker refuses every audited effect (exec, imports, file opening, processes,
+sockets, any compilation) other than the parser's own AST-only compile. Any failure kills
+the worker; the next request starts a fresh one.
 
 Isolation is configured with :func:`configure` or the ``HNDL_CONFIG_ISOLATION`` environment
 variable: ``process`` (the default, a worker with rlimits), ``process-unlimited`` (a worker
@@ -17,12 +18,14 @@ memory or CPU isolation). HNDL never falls back from one mode to another on its 
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import struct
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Collection, Optional, Sequence
 
@@ -33,6 +36,10 @@ from .wire import decode_error, decode_program, encode_error, encode_program, ma
 
 MODES = ("process", "process-unlimited", "in-process")
 _HEADER = struct.Struct(">I")
+#: Starting the worker (importing HNDL) gets at least this long, whatever the per-request deadline.
+_STARTUP_SECONDS = 30.0
+#: Address space the worker must have left above what it already maps once it is started.
+_MEMORY_HEADROOM = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class Isolation:
     max_reply_bytes: int = 16 << 20
 
 
+_BUDGETS = frozenset({"memory_bytes", "cpu_seconds", "timeout_seconds", "max_reply_bytes"})
 _settings: Optional[Isolation] = None
 _lock = threading.Lock()
 _worker: Optional["_Worker"] = None
@@ -58,7 +66,17 @@ def configure(mode: Optional[str] = None, **budgets: Any) -> Isolation:
     ``max_reply_bytes``. Changing anything restarts the worker on the next request.
     """
     global _settings, _worker
-    settings = replace(current(), **budgets) if budgets else current()
+    unknown = sorted(set(budgets) - _BUDGETS)
+    if unknown:
+        raise HNDLError(
+            "E_SCHEMA",
+            f"unknown isolation budget(s) {', '.join(unknown)}; expected {', '.join(sorted(_BUDGETS))}",
+            field="isolation",
+        )
+    # Start from the configured settings, else the environment's, unchecked: an explicit mode
+    # here must be able to replace a bad HNDL_CONFIG_ISOLATION value.
+    settings = _settings if _settings is not None else _from_environment()
+    settings = replace(settings, **budgets) if budgets else settings
     if mode is not None:
         settings = replace(settings, mode=mode)
     _check(settings)
@@ -74,9 +92,13 @@ def current() -> Isolation:
     """The settings in force: configured, else from HNDL_CONFIG_ISOLATION, else ``process``."""
     if _settings is not None:
         return _settings
-    settings = Isolation(mode=os.environ.get("HNDL_CONFIG_ISOLATION", "process"))
+    settings = _from_environment()
     _check(settings)
     return settings
+
+
+def _from_environment() -> Isolation:
+    return Isolation(mode=os.environ.get("HNDL_CONFIG_ISOLATION", "process"))
 
 
 def _check(settings: Isolation) -> None:
@@ -90,8 +112,11 @@ def _check(settings: Isolation) -> None:
         value = getattr(settings, name)
         if type(value) is not int or value <= 0:
             raise HNDLError("E_SCHEMA", f"isolation {name} must be a positive int, got {value!r}", field="isolation")
-    if not isinstance(settings.timeout_seconds, (int, float)) or settings.timeout_seconds <= 0:
-        raise HNDLError("E_SCHEMA", "isolation timeout_seconds must be positive", field="isolation")
+    timeout = settings.timeout_seconds
+    if type(timeout) not in (int, float) or not math.isfinite(timeout) or timeout <= 0:
+        raise HNDLError(
+            "E_SCHEMA", f"isolation timeout_seconds must be a positive finite number, got {timeout!r}", field="isolation"
+        )
 
 
 def parse_isolated(source: Source, *, aliases: Collection[str], inputs: Sequence[str]) -> Program:
@@ -100,20 +125,34 @@ def parse_isolated(source: Source, *, aliases: Collection[str], inputs: Sequence
     if settings.mode == "in-process":
         return parse_config(source, aliases=aliases, inputs=inputs)
     request = {"text": source.original, "aliases": sorted(aliases), "inputs": list(inputs)}
+    global _worker
     with _lock:
-        global _worker
-        if _worker is None or not _worker.usable():
+        if _worker is not None and not (_worker.usable() and _worker.settings == settings):
+            # Dead, inherited across fork(), or started under other settings (for example a
+            # changed HNDL_CONFIG_ISOLATION): never reuse it, so a mode is never downgraded.
+            _worker.close()
+            _worker = None
+        if _worker is None:
             _worker = _Worker(settings)
         try:
-            reply = _worker.ask(request)
-        except HNDLError:
+            outcome = _outcome(_worker.ask(request), source)
+        except BaseException:
+            # No reply, a late one, a malformed one, or an interrupted exchange (whose reply
+            # would otherwise answer the next request): this worker is not trusted again.
             _worker.close()
             _worker = None
             raise
-    if reply.get("ok") is True and set(reply) == {"ok", "program"}:
+    if isinstance(outcome, HNDLError):
+        raise outcome
+    return outcome
+
+
+def _outcome(reply: Any, source: Source) -> Any:
+    """The decoded Program, or the worker's diagnostic as an (unraised) HNDLError."""
+    if type(reply) is dict and set(reply) == {"ok", "program"} and reply["ok"] is True:
         return decode_program(reply["program"], source)
-    if reply.get("ok") is False and set(reply) == {"ok", "error"}:
-        raise decode_error(reply["error"])
+    if type(reply) is dict and set(reply) == {"ok", "error"} and reply["ok"] is False:
+        return decode_error(reply["error"], file=source.file)
     raise malformed("unexpected reply shape")
 
 
@@ -131,62 +170,91 @@ class _Worker:
             "memory_bytes": settings.memory_bytes if settings.mode == "process" else None,
             "cpu_seconds": settings.cpu_seconds if settings.mode == "process" else None,
         }
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", boot, json.dumps(sys.path), json.dumps(limits)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-        )
-        hello = self._receive()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-c", boot, json.dumps(sys.path), json.dumps(limits)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError as error:
+            raise self._unstartable(f"{type(error).__name__}: {error}") from None
+        try:
+            os.set_blocking(self.process.stdin.fileno(), False)
+            # Importing HNDL is not part of any request: starting gets its own, longer deadline.
+            hello = self._receive(time.monotonic() + max(_STARTUP_SECONDS, settings.timeout_seconds))
+        except HNDLError as error:
+            self.close()
+            raise self._unstartable(error.message) from None
+        except BaseException:
+            self.close()
+            raise
         if hello != {"ready": True}:
             self.close()
-            detail = hello.get("error") if isinstance(hello, dict) else None
-            raise HNDLError(
-                "E_RESOURCE",
-                f"the configuration parser worker could not start with its limits ({detail or 'no reply'})",
-                remedies=(
-                    "On platforms without resource limits, choose isolation explicitly with "
-                    "hndl.frontends.config.worker.configure(mode='process-unlimited') or HNDL_CONFIG_ISOLATION.",
-                ),
-            )
+            detail = hello.get("error") if type(hello) is dict else None
+            raise self._unstartable(detail if type(detail) is str else "no reply")
+
+    @staticmethod
+    def _unstartable(detail: str) -> HNDLError:
+        return HNDLError(
+            "E_RESOURCE",
+            f"the configuration parser worker could not start with its limits ({detail[:1000]})",
+            field="isolation",
+            remedies=(
+                "Raise memory_bytes, cpu_seconds or timeout_seconds with "
+                "hndl.frontends.config.worker.configure(...).",
+                "On platforms without resource limits, choose isolation explicitly with "
+                "hndl.frontends.config.worker.configure(mode='process-unlimited') or HNDL_CONFIG_ISOLATION.",
+            ),
+        )
 
     def usable(self) -> bool:
         return self.owner == os.getpid() and self.process.poll() is None
 
-    def ask(self, request: dict) -> dict:
+    def ask(self, request: dict) -> Any:
+        """Send one request and wait for its reply, all within one wall-clock deadline."""
+        deadline = time.monotonic() + self.settings.timeout_seconds
         payload = json.dumps(request, ensure_ascii=False).encode("utf-8")
-        try:
-            self.process.stdin.write(_HEADER.pack(len(payload)) + payload)
-            self.process.stdin.flush()
-        except OSError:
-            raise self._died() from None
-        return self._receive()
+        self._write(_HEADER.pack(len(payload)) + payload, deadline)
+        return self._receive(deadline)
 
-    def _receive(self) -> Any:
-        header = self._read(_HEADER.size)
+    def _write(self, data: bytes, deadline: float) -> None:
+        fd = self.process.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            _, ready, _ = select.select([], [fd], [], self._remaining(deadline))
+            if not ready:
+                raise self._late()
+            try:
+                written = os.write(fd, view)
+            except BlockingIOError:
+                continue
+            except OSError:
+                raise self._died() from None
+            view = view[written:]
+
+    def _receive(self, deadline: float) -> Any:
+        header = self._read(_HEADER.size, deadline)
         (size,) = _HEADER.unpack(header)
         if size > self.settings.max_reply_bytes:
             raise HNDLError(
                 "E_RESOURCE",
                 f"the configuration parser worker replied with {size} bytes, above {self.settings.max_reply_bytes}",
+                remedies=("Shrink the configuration, or raise max_reply_bytes with configure().",),
             )
         try:
-            return json.loads(self._read(size).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+            return json.loads(self._read(size, deadline).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
             raise malformed("not JSON") from None
 
-    def _read(self, size: int) -> bytes:
+    def _read(self, size: int, deadline: float) -> bytes:
         stream = self.process.stdout
         chunks, missing = [], size
         while missing:
-            ready, _, _ = select.select([stream], [], [], self.settings.timeout_seconds)
+            ready, _, _ = select.select([stream], [], [], self._remaining(deadline))
             if not ready:
-                raise HNDLError(
-                    "E_RESOURCE",
-                    f"parsing configuration took longer than {self.settings.timeout_seconds} s",
-                    remedies=("Shrink the configuration, or raise timeout_seconds with configure().",),
-                )
+                raise self._late()
             chunk = os.read(stream.fileno(), missing)
             if not chunk:
                 raise self._died()
@@ -194,20 +262,37 @@ class _Worker:
             missing -= len(chunk)
         return b"".join(chunks)
 
+    @staticmethod
+    def _remaining(deadline: float) -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    def _late(self) -> HNDLError:
+        return HNDLError(
+            "E_RESOURCE",
+            f"parsing configuration took longer than {self.settings.timeout_seconds} s",
+            remedies=("Shrink the configuration, or raise timeout_seconds with configure().",),
+        )
+
     def _died(self) -> HNDLError:
         code = self.process.poll()
         return HNDLError(
             "E_RESOURCE",
             "the configuration parser worker stopped while parsing"
             + (f" (exit status {code})" if code is not None else "")
-            + ": the source exceeded its memory or CPU budget",
+            + ": the source exceeded its memory or CPU budget, or the worker was killed",
             remedies=("Shrink the configuration, or raise memory_bytes / cpu_seconds with configure().",),
         )
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        """Stop the worker and release its pipes; a worker inherited across fork() is only released.
+
+        A forked child holds copies of its parent's pipes; killing the process would take the
+        parent's worker away, so the child just drops its copies.
+        """
+        if self.owner == os.getpid():
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
@@ -224,6 +309,7 @@ def serve(limits: dict) -> None:
     except Exception as error:  # report, never run unbounded
         _send(stdout, {"ready": False, "error": f"{type(error).__name__}: {error}"})
         return
+    _preload()
     guard = _AuditGuard()
     sys.addaudithook(guard)
     _send(stdout, {"ready": True})
@@ -235,6 +321,23 @@ def serve(limits: dict) -> None:
         request = json.loads(stdin.read(size).decode("utf-8"))
         _renew_cpu_budget(limits)
         _send(stdout, _answer(request, guard))
+
+
+def _preload() -> None:
+    """Import, before the guard is armed, what CPython's parser itself imports on demand.
+
+    The tokenizer imports ``unicodedata`` to NFKC-normalize non-ASCII identifiers and to
+    resolve ``\\N{...}`` escapes; under the guard that import would be refused and valid
+    source would fail. Parser warnings (invalid escapes) are never shown: the worker has no
+    audience for them, and displaying one would read source lines through ``linecache``.
+    """
+    import unicodedata  # noqa: F401
+    import warnings
+
+    warnings.simplefilter("ignore")
+    import ast
+
+    ast.parse("\u00e4 = '\\N{EM DASH}'", filename="<hndl-warmup>")  # exercise both paths once
 
 
 def _answer(request: dict, guard: "_AuditGuard") -> dict:
@@ -262,8 +365,27 @@ def _apply_limits(limits: dict) -> None:
     import resource
 
     if limits.get("memory_bytes") is not None:
-        resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
+        memory = limits["memory_bytes"]
+        mapped = _mapped_bytes()
+        if mapped is not None and memory < mapped + _MEMORY_HEADROOM:
+            # A cap below what the worker already maps would fail every real request with a
+            # misleading "source too large"; refuse to start instead.
+            raise ValueError(
+                f"memory_bytes={memory} leaves no room: the started worker already maps "
+                f"{mapped} bytes and needs {_MEMORY_HEADROOM} more"
+            )
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     _renew_cpu_budget(limits)
+
+
+def _mapped_bytes() -> Optional[int]:
+    """The worker's current address-space size where the platform reports it (Linux)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            pages = int(statm.read().split()[0])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _renew_cpu_budget(limits: dict) -> None:
@@ -282,9 +404,13 @@ def _renew_cpu_budget(limits: dict) -> None:
 
 
 class _AuditGuard:
-    """While parsing, refuse every audited effect except the parser's own AST-only compile."""
+    """While parsing, refuse every audited effect except the parser's own AST-only compile.
 
-    FORBIDDEN = ("exec", "import", "open", "os.", "subprocess.", "socket.", "shutil.", "ctypes.", "pickle.", "marshal.")
+    This is an allowlist: any audit event other than ``compile`` of ``PARSE_FILENAME`` raises
+    while the guard is active, and the guard stays active after refusing, so an effect whose
+    refusal some C code swallows (CPython tries to open the "file" named by a SyntaxError to
+    quote its line) cannot switch it off for the rest of the parse.
+    """
 
     def __init__(self) -> None:
         self.active = False
@@ -300,13 +426,6 @@ class _AuditGuard:
     def __call__(self, event: str, args: tuple) -> None:
         if not self.active:
             return
-        if event == "compile":
-            if len(args) > 1 and args[1] == PARSE_FILENAME:
-                return
-            self._refuse(event)
-        if event in ("exec", "import", "open") or event.startswith(self.FORBIDDEN[3:]):
-            self._refuse(event)
-
-    def _refuse(self, event: str) -> None:
-        self.active = False
+        if event == "compile" and len(args) > 1 and args[1] == PARSE_FILENAME:
+            return
         raise HNDLError("E_SYNTAX", f"parsing configuration attempted a forbidden effect ({event})")

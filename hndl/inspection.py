@@ -1,0 +1,113 @@
+"""plan.describe() and plan.diff(): provenance you can read, and why two plans differ (§13).
+
+``describe`` adds to the shape table the semantic digest and, per node, each argument's value,
+origin and derivation plus the canonical initialization and trainability records.
+``diff`` lists every node and field that differs between two separately resolved plans,
+with the origin of each value on both sides, so "why did this width change?" has an answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from .plan import ResolvedPlan, shape_table
+
+NODE_FIELDS = ("op", "inputs", "outputs", "input_shapes", "output_shapes", "initialization", "trainability")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _text(value: Any) -> str:
+    return json.dumps(_plain(value), sort_keys=True, ensure_ascii=False)
+
+
+def describe(plan: ResolvedPlan) -> str:
+    lines = [shape_table(plan), "", f"semantic digest: {plan.semantic_digest}"]
+    for node in plan.nodes:
+        lines.append(f"node {node.id} ({node.op})")
+        width = max((len(f"{name} = {node.args[name]!r}") for name in node.args), default=0)
+        derivations = node.source.get("derivations", {})
+        for name, value in node.args.items():
+            entry = f"{name} = {value!r}"
+            line = f"  {entry.ljust(width)}  {node.provenance[name]}"
+            if name in derivations:
+                line += "  <- " + "; ".join(derivations[name])
+            lines.append(line)
+        if node.source.get("policy"):
+            lines.append(f"  policy: {node.source['policy']}")
+        lines.append(f"  initialization: {_text(node.initialization)}")
+        lines.append(f"  trainability: {_text(node.trainability)}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class PlanChange:
+    """One difference: a node (or None for the plan itself), a field, both values and origins."""
+
+    node: Optional[str]
+    field: str
+    before: Any
+    after: Any
+    origin_before: Optional[str] = None
+    origin_after: Optional[str] = None
+
+    def __str__(self) -> str:
+        where = f"{self.node}.{self.field}" if self.node else self.field
+        before = _side(self.before, self.origin_before)
+        after = _side(self.after, self.origin_after)
+        return f"{where}: {before} -> {after}"
+
+
+def _side(value: Any, origin: Optional[str]) -> str:
+    text = "(absent)" if value is _ABSENT else _text(value)
+    return f"{text} ({origin})" if origin else text
+
+
+_ABSENT = object()
+
+
+class PlanDiff(tuple):
+    """The changes between two plans; prints one change per line."""
+
+    def __str__(self) -> str:
+        return "\n".join(str(change) for change in self) if self else "no differences"
+
+
+def diff(plan: ResolvedPlan, other: ResolvedPlan) -> PlanDiff:
+    changes = []
+    for field, value, other_value in (
+        ("dtype", plan.dtype, other.dtype),
+        ("inputs", plan.inputs, other.inputs),
+        ("outputs", plan.outputs, other.outputs),
+    ):
+        if _plain(value) != _plain(other_value):
+            changes.append(PlanChange(None, field, value, other_value))
+    mine = {node.id: node for node in plan.nodes}
+    theirs = {node.id: node for node in other.nodes}
+    for node_id in [*mine, *(node_id for node_id in theirs if node_id not in mine)]:
+        left, right = mine.get(node_id), theirs.get(node_id)
+        if left is None or right is None:
+            changes.append(PlanChange(node_id, "node", left.op if left else _ABSENT, right.op if right else _ABSENT))
+            continue
+        for name in dict.fromkeys([*left.args, *right.args]):
+            before, after = left.args.get(name, _ABSENT), right.args.get(name, _ABSENT)
+            if _plain(before) != _plain(after) or left.provenance.get(name) != right.provenance.get(name):
+                changes.append(PlanChange(node_id, f"args.{name}", before, after,
+                                          left.provenance.get(name), right.provenance.get(name)))
+        for field in NODE_FIELDS:
+            if _plain(getattr(left, field)) != _plain(getattr(right, field)):
+                changes.append(PlanChange(node_id, field, getattr(left, field), getattr(right, field)))
+        if left.source.get("policy") != right.source.get("policy"):
+            changes.append(PlanChange(node_id, "policy", left.source.get("policy"), right.source.get("policy")))
+    return PlanDiff(changes)
+
+
+__all__ = ["describe", "diff", "PlanChange", "PlanDiff"]

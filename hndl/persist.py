@@ -1,0 +1,463 @@
+"""Canonical plan JSON, its two digests, and validated restoration (§10, §12).
+
+Encoding: sorted keys, compact separators, UTF-8 without ASCII escaping, arrays for tuples,
+finite numbers only. The semantic digest covers the concrete graph (identities, arguments,
+port contracts, construction records, contracts, dtypes); the artifact digest covers the
+whole saved plan except itself. Restoration never re-runs source, a callable or a policy
+choice: it checks the format, the versions and the digests, then revalidates every node's
+concrete equations against the supplied registry's declarations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
+
+from .construction import check_initialization_record, check_trainability_record
+from .contracts import COMPUTE_DTYPES, INTEGER_DTYPES, PORT_NAME, batch_multiple
+from .errors import HNDLError
+from .graph import NODE_ID, Ref
+from .limits import validate_limits
+from .plan import (
+    DEFAULT_INITIALIZATION,
+    DEFAULT_TRAINABILITY,
+    RESOLUTION_VERSION,
+    SCHEMA_VERSION,
+    PlanNode,
+    ResolvedPlan,
+)
+
+MAX_PLAN_BYTES = 16 * 2**20
+#: Deepest container nesting a saved plan may use (real plans stay near a dozen levels).
+MAX_PLAN_DEPTH = 64
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
+SOURCE_FIELDS = {"line", "column", "policy", "derivations"}
+PLAN_FIELDS = {
+    "schema_version", "resolution_version", "frontend", "dtype", "input_dtype", "input_shape",
+    "output_shape", "output_ref", "nodes", "digests",
+}
+OPTIONAL_PLAN_FIELDS = {"inputs", "outputs"}
+NODE_FIELDS = {
+    "id", "op", "args", "inputs", "outputs", "input_shapes", "output_shapes", "initialization",
+    "trainability", "source", "provenance",
+}
+SEMANTIC_NODE_FIELDS = (
+    "id", "op", "args", "inputs", "outputs", "input_shapes", "output_shapes", "initialization", "trainability",
+)
+ORIGINS = ("explicit", "default", "policy", "inferred")
+
+
+# -- encoding ------------------------------------------------------------------------------------
+def canonical(value: Any) -> bytes:
+    """The canonical JSON bytes of ``value`` (plan mapping proxies encode as objects, tuples as arrays)."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_as_object,
+    ).encode("utf-8")
+
+
+def _as_object(value: Any) -> dict:
+    if isinstance(value, MappingProxyType):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not part of the plan format")
+
+
+def _digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """Mapping proxies to dicts and tuples to lists, recursively."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is tuple or kind is list:
+        return [_plain(item) for item in value]
+    if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _is_single_port(plan: ResolvedPlan) -> bool:
+    return (
+        len(plan.inputs) == 1 and plan.inputs[0]["name"] == "x"
+        and len(plan.outputs) == 1 and plan.outputs[0]["name"] == "output"
+    )
+
+
+def _semantic_record(record: Mapping[str, Any]) -> dict:
+    """The part of a plan record the semantic digest covers."""
+    semantic = {
+        key: record[key]
+        for key in ("schema_version", "resolution_version", "dtype", "input_dtype", "input_shape",
+                    "output_shape", "output_ref", "inputs", "outputs")
+        if key in record
+    }
+    semantic["nodes"] = [{key: node[key] for key in SEMANTIC_NODE_FIELDS} for node in record["nodes"]]
+    return semantic
+
+
+def plan_record(plan: ResolvedPlan) -> dict:
+    """The complete saved form of ``plan``, digests included, ready for ``canonical``."""
+    record: dict[str, Any] = {
+        "schema_version": plan.schema_version,
+        "resolution_version": plan.resolution_version,
+        "frontend": plan.frontend,
+        "dtype": plan.dtype,
+        "input_dtype": plan.input_dtype,
+        "input_shape": plan.input_shape,
+        "output_shape": plan.output_shape,
+        "output_ref": plan.output_ref,
+        "nodes": [{field: getattr(node, field) for field in NODE_FIELDS} for node in plan.nodes],
+    }
+    if not _is_single_port(plan):
+        record["inputs"] = plan.inputs
+        record["outputs"] = plan.outputs
+    semantic = _digest(_semantic_record(record))
+    record["digests"] = {"semantic": semantic}
+    record["digests"]["artifact"] = _digest(record)
+    return record
+
+
+def to_json(plan: ResolvedPlan) -> str:
+    """Canonical JSON text of ``plan``."""
+    return canonical(plan_record(plan)).decode("utf-8")
+
+
+def semantic_digest(plan: ResolvedPlan) -> str:
+    return plan_record(plan)["digests"]["semantic"]
+
+
+# -- restoration --------------------------------------------------------------------------------------
+def from_json(text: Any, *, registry=None, limits: Optional[Mapping[str, int]] = None) -> ResolvedPlan:
+    """Restore a saved plan, checking format, versions, digests and every concrete equation."""
+    validate_limits(limits)
+    record = _load(text)
+    try:
+        _check_format(record)
+        _check_versions(record)
+        _check_digests(record)
+        from .registry import Registry  # the registry imports plans' consumers; keep this edge lazy
+
+        registry = Registry.builtins() if registry is None else registry
+        plan = _rebuild(record, registry)
+        from .resolve.revalidate import revalidate
+
+        revalidate(plan, registry, limits=validate_limits(limits))
+    except RecursionError:  # a backstop: the format checks bound every nesting they allow
+        raise HNDLError("E_RESOURCE", "plan JSON nests too deeply") from None
+    return plan
+
+
+def _schema(message: str, field: Optional[str] = None) -> HNDLError:
+    return HNDLError(
+        "E_SCHEMA", f"saved plan: {message}", field=field,
+        remedies=("Restore from the file HNDL wrote; saved plans are not meant to be edited by hand.",),
+    )
+
+
+def _load(text: Any) -> dict:
+    if isinstance(text, (bytes, bytearray)):
+        if len(text) > MAX_PLAN_BYTES:
+            raise HNDLError("E_RESOURCE", f"plan JSON is {len(text)} bytes, above the 16 MiB bound")
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            raise _schema("not UTF-8 text") from None
+    if not isinstance(text, str):
+        raise _schema(f"expected JSON text, got {type(text).__name__}")
+    if len(text) > MAX_PLAN_BYTES or len(text.encode("utf-8")) > MAX_PLAN_BYTES:
+        raise HNDLError("E_RESOURCE", "plan JSON is above the 16 MiB bound")
+    try:
+        record = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant,
+                            parse_float=_finite_float)
+    except RecursionError:
+        raise HNDLError("E_RESOURCE", "plan JSON nests too deeply") from None
+    except ValueError as error:
+        if isinstance(error, _Refused):
+            raise _schema(str(error)) from None
+        raise _schema(f"not valid JSON ({error})") from None
+    if not isinstance(record, dict):
+        raise _schema("the top level must be an object")
+    return record
+
+
+def _check_depth(value: Any, depth: int) -> None:
+    """Refuse free-form data (frontend, argument values) nesting past MAX_PLAN_DEPTH in all.
+
+    Checked iteratively before anything recursive (digests, freezing) touches the record;
+    every other field has a fixed shape that the format checks pin down.
+    """
+    level = [value] if type(value) is dict or type(value) is list else []
+    while level:
+        depth += 1
+        if depth > MAX_PLAN_DEPTH:
+            raise HNDLError("E_RESOURCE", f"plan JSON nests deeper than {MAX_PLAN_DEPTH} levels")
+        below = []
+        for item in level:
+            for child in (item.values() if type(item) is dict else item):
+                if type(child) is dict or type(child) is list:
+                    below.append(child)
+        level = below
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise _Refused(f"duplicate field {duplicate!r}")
+    return result
+
+
+def _no_constant(name: str):
+    raise _Refused(f"non-finite number {name}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"non-finite number {text}")
+    return value
+
+
+def _check_format(record: dict) -> None:
+    keys = set(record)
+    missing = PLAN_FIELDS - keys
+    unexpected = keys - PLAN_FIELDS - OPTIONAL_PLAN_FIELDS
+    if missing or unexpected:
+        raise _schema(
+            "; ".join(part for part in (
+                f"missing {', '.join(sorted(missing))}" if missing else "",
+                f"unexpected {', '.join(sorted(unexpected))}" if unexpected else "",
+            ) if part),
+        )
+    if ("inputs" in record) != ("outputs" in record):
+        raise _schema("inputs and outputs are saved together or not at all", "inputs")
+    for field in ("schema_version", "resolution_version"):
+        if type(record[field]) is not int:
+            raise _schema(f"{field} must be an integer", field)
+    _expect(isinstance(record["frontend"], dict), "frontend must be an object", "frontend")
+    _check_depth(record["frontend"], 1)
+    _expect(record["dtype"] in COMPUTE_DTYPES, f"dtype {record['dtype']!r} is not a compute dtype", "dtype")
+    _expect(record["input_dtype"] in COMPUTE_DTYPES + INTEGER_DTYPES, "input_dtype is malformed", "input_dtype")
+    _expect(isinstance(record["output_ref"], str), "output_ref must be text", "output_ref")
+    digests = record["digests"]
+    _expect(isinstance(digests, dict) and set(digests) == {"semantic", "artifact"}
+            and all(isinstance(value, str) and DIGEST.match(value) for value in digests.values()),
+            "digests must be exactly semantic and artifact, each 'sha256:' and 64 lowercase hex digits",
+            "digests")
+    _expect(isinstance(record["nodes"], list), "nodes must be a list", "nodes")
+    for node in record["nodes"]:
+        _check_node_format(node)
+
+
+def _check_node_format(node: Any) -> None:
+    _expect(isinstance(node, dict), "every node must be an object", "nodes")
+    keys = set(node)
+    if keys != NODE_FIELDS:
+        missing, unexpected = NODE_FIELDS - keys, keys - NODE_FIELDS
+        raise _schema(
+            f"node {node.get('id')!r}: "
+            + "; ".join(part for part in (
+                f"missing {', '.join(sorted(missing))}" if missing else "",
+                f"unexpected {', '.join(sorted(unexpected))}" if unexpected else "",
+            ) if part),
+            "nodes",
+        )
+    where = f"node {node['id']!r}"
+    _expect(isinstance(node["id"], str) and NODE_ID.match(node["id"]), f"{where}: malformed id", "id")
+    _expect(isinstance(node["op"], str) and "@" in node["op"], f"{where}: malformed op", "op")
+    for field in ("args", "inputs", "input_shapes", "output_shapes", "initialization", "trainability",
+                  "source", "provenance"):
+        _expect(isinstance(node[field], dict), f"{where}: {field} must be an object", field)
+    _check_depth(node["args"], 3)
+    _expect(isinstance(node["outputs"], list) and all(isinstance(port, str) for port in node["outputs"]),
+            f"{where}: outputs must be a list of port names", "outputs")
+    _expect(all(isinstance(ref, str) for ref in node["inputs"].values()), f"{where}: malformed input references", "inputs")
+    for field in ("input_shapes", "output_shapes"):
+        for shape in node[field].values():
+            _expect(isinstance(shape, list) and 2 <= len(shape) <= 4, f"{where}: malformed {field}", field)
+    _expect(all(origin in ORIGINS for origin in node["provenance"].values()), f"{where}: unknown argument origin",
+            "provenance")
+    source = node["source"]
+    _expect(set(source) == SOURCE_FIELDS, f"{where}: source must hold exactly {', '.join(sorted(SOURCE_FIELDS))}",
+            "source")
+    _expect(all(source[key] is None or (type(source[key]) is int and source[key] > 0) for key in ("line", "column")),
+            f"{where}: source line and column must be positive integers or null", "source")
+    _expect(source["policy"] is None or isinstance(source["policy"], str), f"{where}: source policy must be text or null",
+            "source")
+    derivations = source["derivations"]
+    _expect(isinstance(derivations, dict) and all(
+        isinstance(steps, list) and all(isinstance(step, str) for step in steps) for steps in derivations.values()
+    ), f"{where}: source derivations must map arguments to lists of text", "source")
+
+
+def _expect(condition: Any, message: str, field: Optional[str]) -> None:
+    if not condition:
+        raise _schema(message, field)
+
+
+def _check_versions(record: dict) -> None:
+    for field, supported in (("schema_version", SCHEMA_VERSION), ("resolution_version", RESOLUTION_VERSION)):
+        if record[field] != supported:
+            raise HNDLError(
+                "E_STATE_VERSION",
+                f"saved plan has {field} {record[field]}; this HNDL reads {field} {supported}",
+                field=field,
+                remedies=(
+                    "Restore it with the HNDL release that wrote it, or re-resolve the original "
+                    "specification with this release and transfer the weights explicitly.",
+                ),
+            )
+
+
+def _check_digests(record: dict) -> None:
+    digests = record["digests"]
+    without_artifact = dict(record, digests={"semantic": digests["semantic"]})
+    for name, expected, actual in (
+        ("semantic", digests["semantic"], _digest(_semantic_record(record))),
+        ("artifact", digests["artifact"], _digest(without_artifact)),
+    ):
+        if expected != actual:
+            raise HNDLError(
+                "E_INTEGRITY",
+                f"the saved {name} digest {expected} does not match the plan's contents ({actual})",
+                field=f"digests.{name}",
+                remedies=("Restore the plan from an unmodified copy.",),
+            )
+
+
+def _rebuild(record: dict, registry) -> ResolvedPlan:
+    """A ResolvedPlan from a well-formed record; identities must be registered."""
+    if "inputs" in record:  # an empty list is malformed, not the single-port default
+        inputs, outputs = record["inputs"], record["outputs"]
+    else:
+        inputs = [{"name": "x", "shape": record["input_shape"], "dtype": record["input_dtype"]}]
+        outputs = [{"name": "output", "ref": record["output_ref"], "shape": record["output_shape"]}]
+    _check_ports(inputs, ("name", "shape", "dtype"), "inputs")
+    _check_ports(outputs, ("name", "ref", "shape"), "outputs")
+    _expect(inputs[0]["shape"] == record["input_shape"] and inputs[0]["dtype"] == record["input_dtype"]
+            and outputs[0]["shape"] == record["output_shape"] and outputs[0]["ref"] == record["output_ref"],
+            "input_shape/input_dtype/output_shape/output_ref must restate the first input and output", "inputs")
+    if "inputs" in record:
+        _expect(not (len(inputs) == 1 and inputs[0]["name"] == "x" and len(outputs) == 1
+                     and outputs[0]["name"] == "output"),
+                "a single x -> output plan stores no inputs/outputs fields", "inputs")
+    batch = inputs[0]["shape"][0]
+    _expect(isinstance(batch, str) and batch.isidentifier(), "axis 0 of input_shape must be the batch symbol", "input_shape")
+    for port in (*inputs, *outputs):
+        _expect(port["shape"][0] == batch, "every external contract must use the plan's batch symbol", "inputs")
+        _check_extents(port["shape"][1:], "inputs")
+    ids = [node["id"] for node in record["nodes"]]
+    if len(set(ids)) != len(ids):
+        twice = next(node_id for index, node_id in enumerate(ids) if node_id in ids[:index])
+        raise HNDLError("E_INTEGRITY", f"node id {twice!r} is saved twice", node=twice, field="id",
+                        remedies=("Restore the plan from an unmodified copy.",))
+    nodes = []
+    for node in record["nodes"]:
+        spec = registry.by_identity(node["op"])
+        for field in ("input_shapes", "output_shapes"):
+            for shape in node[field].values():
+                batch_multiple(shape[0], batch, field=field)
+                _check_extents(shape[1:], field)
+        nodes.append(PlanNode(
+            id=node["id"],
+            op=node["op"],
+            alias=spec.alias,
+            args=_arguments(spec, node),
+            inputs=node["inputs"],
+            outputs=tuple(node["outputs"]),
+            input_shapes={port: tuple(shape) for port, shape in node["input_shapes"].items()},
+            output_shapes={port: tuple(shape) for port, shape in node["output_shapes"].items()},
+            initialization=_record(node["initialization"], DEFAULT_INITIALIZATION, check_initialization_record, node["id"]),
+            trainability=_record(node["trainability"], DEFAULT_TRAINABILITY, check_trainability_record, node["id"]),
+            source=_tuples(node["source"]),
+            provenance=node["provenance"],
+        ))
+    return ResolvedPlan(
+        frontend=record["frontend"],
+        batch=batch,
+        dtype=record["dtype"],
+        inputs=tuple({"name": p["name"], "shape": tuple(p["shape"]), "dtype": p["dtype"]} for p in inputs),
+        outputs=tuple({"name": p["name"], "ref": p["ref"], "shape": tuple(p["shape"])} for p in outputs),
+        nodes=nodes,
+        schema_version=record["schema_version"],
+        resolution_version=record["resolution_version"],
+    )
+
+
+def _record(saved: Any, default: Mapping, check, node_id: str) -> Any:
+    """A construction record: the shared default as is, anything else checked canonically."""
+    if saved == default:
+        return default
+    return check(saved, node=node_id)
+
+
+def _check_ports(ports: Any, keys: tuple[str, ...], field: str) -> None:
+    _expect(isinstance(ports, list) and ports, f"{field} must be a non-empty list", field)
+    for port in ports:
+        _expect(isinstance(port, dict) and set(port) == set(keys), f"{field} entries need exactly {', '.join(keys)}", field)
+        _expect(isinstance(port["name"], str) and PORT_NAME.match(port["name"]), f"{field}: malformed port name", field)
+        _expect(isinstance(port["shape"], list) and 2 <= len(port["shape"]) <= 4, f"{field}: malformed shape", field)
+        if "dtype" in port:
+            _expect(port["dtype"] in COMPUTE_DTYPES + INTEGER_DTYPES, f"{field}: malformed dtype", field)
+        if "ref" in port:
+            try:
+                Ref.parse(port["ref"])
+            except HNDLError:
+                raise _schema(f"{field}: malformed reference {port['ref']!r}", field) from None
+    _expect(len({port["name"] for port in ports}) == len(ports), f"{field}: duplicate port names", field)
+
+
+def _check_extents(extents: list, field: str) -> None:
+    for extent in extents:
+        _expect(type(extent) is int and extent > 0, f"{field}: extents after the batch axis must be positive integers", field)
+
+
+def _arguments(spec, node: dict) -> dict:
+    """Saved arguments, validated against the declaration (inconsistent ones are E_INTEGRITY)."""
+    args = node["args"]
+    if set(args) != set(spec.args):
+        raise HNDLError(
+            "E_INTEGRITY",
+            f"node {node['id']!r} saves arguments {sorted(args)}, but {spec.qualified} declares {sorted(spec.args)}",
+            node=node["id"],
+        )
+    if set(node["provenance"]) != set(spec.args):
+        raise _schema(f"node {node['id']!r}: provenance must name every argument", "provenance")
+    result = {}
+    for name, arg in spec.args.items():
+        value = args[name]
+        try:
+            result[name] = arg.normalize(tuple(value) if isinstance(value, list) else value, name=name, node=node["id"])
+        except HNDLError as error:
+            raise HNDLError("E_INTEGRITY", f"saved argument is invalid: {error.message}", node=node["id"], field=name) from None
+        if type(value) not in _SCALARS or type(result[name]) is not type(value) or result[name] != value:
+            if canonical(result[name]) != canonical(value):
+                # resolution saves normalized values; anything else would re-encode to other bytes and digests
+                raise HNDLError(
+                    "E_INTEGRITY",
+                    f"saved argument {name}={value!r} is not in its normalized form {_plain(result[name])!r}",
+                    node=node["id"], field=name,
+                    remedies=("Restore the plan from an unmodified copy.",),
+                )
+    return result
+
+
+def _tuples(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _tuples(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(item) for item in value)
+    return value

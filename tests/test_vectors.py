@@ -1,0 +1,68 @@
+"""The published plan vectors: the compatibility promise of schema 1 / resolution 1.
+
+Every vector in tests/vectors must restore unchanged, re-encode to exactly its bytes, keep the
+digests recorded in digests.json, and be reproduced byte for byte by resolving its
+specification again. A change that breaks one of these is a format change, not a fix.
+"""
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from hndl import ResolvedPlan
+from hndl.persist import canonical
+
+VECTORS = Path(__file__).parent / "vectors"
+_spec = importlib.util.spec_from_file_location("hndl_vector_specs", VECTORS / "specs.py")
+specs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(specs)
+DIGESTS = json.loads((VECTORS / "digests.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", sorted(specs.VECTORS))
+def test_vector_restores_and_reencodes_to_the_same_bytes(name):
+    text = (VECTORS / f"{name}.json").read_text(encoding="utf-8")
+    plan = ResolvedPlan.from_json(text, registry=specs.registry_for(name))
+    assert plan.to_json() == text
+
+
+@pytest.mark.parametrize("name", sorted(specs.VECTORS))
+def test_vector_digests_are_recomputed_exactly(name):
+    record = json.loads((VECTORS / f"{name}.json").read_text(encoding="utf-8"))
+    assert record["digests"] == DIGESTS[name]
+    artifact = record["digests"].pop("artifact")
+    assert "sha256:" + hashlib.sha256(canonical(record)).hexdigest() == artifact
+
+
+@pytest.mark.parametrize("name", sorted(specs.VECTORS))
+def test_resolving_the_specification_again_reproduces_the_vector(name):
+    text = (VECTORS / f"{name}.json").read_text(encoding="utf-8")
+    assert specs.resolve_vector(name).to_json() == text
+
+
+def test_the_single_port_vectors_store_no_port_lists_and_the_named_one_does():
+    for name in ("chain", "branched", "batch_multiples", "custom_operator", "init_trainability", "generator"):
+        record = json.loads((VECTORS / f"{name}.json").read_text(encoding="utf-8"))
+        assert "inputs" not in record and "outputs" not in record
+    named = json.loads((VECTORS / "named_ports.json").read_text(encoding="utf-8"))
+    assert [port["name"] for port in named["inputs"]] == ["x", "y"]
+    assert [port["name"] for port in named["outputs"]] == ["logits", "features"]
+
+
+def test_the_batch_vector_carries_multiples_only_on_internal_ports():
+    record = json.loads((VECTORS / "batch_multiples.json").read_text(encoding="utf-8"))
+    entries = {shape[0] for node in record["nodes"] for shape in node["output_shapes"].values()}
+    assert entries == {"B", "2*B", "3*B"}
+    assert record["input_shape"][0] == "B" and record["output_shape"][0] == "B"
+
+
+def test_the_custom_vector_needs_its_operator():
+    from hndl import HNDLError
+
+    text = (VECTORS / "custom_operator.json").read_text(encoding="utf-8")
+    with pytest.raises(HNDLError) as error:
+        ResolvedPlan.from_json(text)  # Registry.builtins() lacks example.silu@1
+    assert error.value.code == "E_STATE_VERSION"
