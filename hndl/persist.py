@@ -17,12 +17,14 @@ import re
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
+from .collector import collector_paused
 from .construction import check_initialization_record, check_trainability_record
 from .contracts import COMPUTE_DTYPES, INTEGER_DTYPES, PORT_NAME, batch_multiple
 from .errors import HNDLError
 from .graph import NODE_ID, Ref
 from .limits import validate_limits
 from .plan import (
+    freeze,
     DEFAULT_INITIALIZATION,
     DEFAULT_TRAINABILITY,
     RESOLUTION_VERSION,
@@ -104,7 +106,7 @@ def _semantic_record(record: Mapping[str, Any]) -> dict:
 
 
 def plan_record(plan: ResolvedPlan) -> dict:
-    """The complete saved form of ``plan``, digests included, ready for ``canonical``."""
+    """The saved form of ``plan`` without its digests, ready for ``canonical``."""
     record: dict[str, Any] = {
         "schema_version": plan.schema_version,
         "resolution_version": plan.resolution_version,
@@ -114,35 +116,86 @@ def plan_record(plan: ResolvedPlan) -> dict:
         "input_shape": plan.input_shape,
         "output_shape": plan.output_shape,
         "output_ref": plan.output_ref,
-        "nodes": [{field: getattr(node, field) for field in NODE_FIELDS} for node in plan.nodes],
+        "nodes": [_node_record(node) for node in plan.nodes],
     }
     if not _is_single_port(plan):
         record["inputs"] = plan.inputs
         record["outputs"] = plan.outputs
-    semantic = _digest(_semantic_record(record))
-    record["digests"] = {"semantic": semantic}
-    record["digests"]["artifact"] = _digest(record)
     return record
 
 
+_PLAIN_DEFAULTS = {id(DEFAULT_INITIALIZATION): _plain(DEFAULT_INITIALIZATION),
+                   id(DEFAULT_TRAINABILITY): _plain(DEFAULT_TRAINABILITY)}
+
+
+def _node_record(node: PlanNode) -> dict:
+    """One node as plain JSON data; each field's shape is known, so no generic walk is needed."""
+    source = node.source
+    return {
+        "id": node.id,
+        "op": node.op,
+        "args": dict(node.args),
+        "inputs": dict(node.inputs),
+        "outputs": node.outputs,
+        "input_shapes": dict(node.input_shapes),
+        "output_shapes": dict(node.output_shapes),
+        "initialization": _PLAIN_DEFAULTS.get(id(node.initialization)) or _plain(node.initialization),
+        "trainability": _PLAIN_DEFAULTS.get(id(node.trainability)) or _plain(node.trainability),
+        "source": {key: (dict(value) if key == "derivations" else value) for key, value in source.items()},
+        "provenance": dict(node.provenance),
+    }
+
+
+def _body(record: Mapping[str, Any]) -> bytes:
+    """Canonical bytes of every field but ``digests``, after the opening brace.
+
+    ``digests`` sorts first among the plan's fields, so the full encoding is the digests object
+    followed by this body: one encoding serves both digests and the saved text.
+    """
+    return canonical({key: value for key, value in record.items() if key != "digests"})[1:]
+
+
+def _with_digests(body: bytes, semantic: str, artifact: Optional[str] = None) -> bytes:
+    digests = (f'"artifact":"{artifact}",' if artifact is not None else "") + f'"semantic":"{semantic}"'
+    return b'{"digests":{' + digests.encode("ascii") + b"}," + body
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def to_json(plan: ResolvedPlan) -> str:
-    """Canonical JSON text of ``plan``."""
-    return canonical(plan_record(plan)).decode("utf-8")
+    """Canonical JSON text of ``plan``, with its semantic and artifact digests."""
+    with collector_paused():
+        return _encode(plan)
+
+
+def _encode(plan: ResolvedPlan) -> str:
+    record = plan_record(plan)
+    semantic = _digest(_semantic_record(record))
+    body = _body(record)
+    artifact = _sha256(_with_digests(body, semantic))
+    return _with_digests(body, semantic, artifact).decode("utf-8")
 
 
 def semantic_digest(plan: ResolvedPlan) -> str:
-    return plan_record(plan)["digests"]["semantic"]
+    return _digest(_semantic_record(plan_record(plan)))
 
 
 # -- restoration --------------------------------------------------------------------------------------
 def from_json(text: Any, *, registry=None, limits: Optional[Mapping[str, int]] = None) -> ResolvedPlan:
     """Restore a saved plan, checking format, versions, digests and every concrete equation."""
+    with collector_paused():
+        return _restore(text, registry, limits)
+
+
+def _restore(text: Any, registry, limits: Optional[Mapping[str, int]]) -> ResolvedPlan:
     validate_limits(limits)
-    record = _load(text)
+    text, record = _load(text)
     try:
         _check_format(record)
         _check_versions(record)
-        _check_digests(record)
+        _check_digests(record, text)
         from .registry import Registry  # the registry imports plans' consumers; keep this edge lazy
 
         registry = Registry.builtins() if registry is None else registry
@@ -162,7 +215,8 @@ def _schema(message: str, field: Optional[str] = None) -> HNDLError:
     )
 
 
-def _load(text: Any) -> dict:
+def _load(text: Any) -> tuple[str, dict]:
+    """The text and its decoded record (duplicate keys are looked for once digests are checked)."""
     if isinstance(text, (bytes, bytearray)):
         if len(text) > MAX_PLAN_BYTES:
             raise HNDLError("E_RESOURCE", f"plan JSON is {len(text)} bytes, above the 16 MiB bound")
@@ -174,18 +228,21 @@ def _load(text: Any) -> dict:
         raise _schema(f"expected JSON text, got {type(text).__name__}")
     if len(text) > MAX_PLAN_BYTES or len(text.encode("utf-8")) > MAX_PLAN_BYTES:
         raise HNDLError("E_RESOURCE", "plan JSON is above the 16 MiB bound")
+    record = _decode(text)
+    if not isinstance(record, dict):
+        raise _schema("the top level must be an object")
+    return text, record
+
+
+def _decode(text: str, *, pairs_hook=None) -> Any:
     try:
-        record = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant,
-                            parse_float=_finite_float)
+        return json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:
         raise HNDLError("E_RESOURCE", "plan JSON nests too deeply") from None
     except ValueError as error:
         if isinstance(error, _Refused):
             raise _schema(str(error)) from None
         raise _schema(f"not valid JSON ({error})") from None
-    if not isinstance(record, dict):
-        raise _schema("the top level must be an object")
-    return record
 
 
 def _check_depth(value: Any, depth: int) -> None:
@@ -322,12 +379,15 @@ def _check_versions(record: dict) -> None:
             )
 
 
-def _check_digests(record: dict) -> None:
+def _check_digests(record: dict, text: str) -> None:
+    """Both digests must match; text that is not canonical is searched for duplicate keys."""
     digests = record["digests"]
-    without_artifact = dict(record, digests={"semantic": digests["semantic"]})
+    body = _body(record)
+    if _with_digests(body, digests["semantic"], digests["artifact"]).decode("utf-8") != text:
+        _decode(text, pairs_hook=_unique_keys)  # canonical text cannot hide a duplicate key
     for name, expected, actual in (
         ("semantic", digests["semantic"], _digest(_semantic_record(record))),
-        ("artifact", digests["artifact"], _digest(without_artifact)),
+        ("artifact", digests["artifact"], _sha256(_with_digests(body, digests["semantic"]))),
     ):
         if expected != actual:
             raise HNDLError(
@@ -371,19 +431,21 @@ def _rebuild(record: dict, registry) -> ResolvedPlan:
             for shape in node[field].values():
                 batch_multiple(shape[0], batch, field=field)
                 _check_extents(shape[1:], field)
-        nodes.append(PlanNode(
+        # Every value below is built fresh from the decoded record and is already immutable
+        # (tuples, mapping proxies over new dicts), so the node can skip freezing it again.
+        nodes.append(PlanNode.restored(
             id=node["id"],
             op=node["op"],
             alias=spec.alias,
-            args=_arguments(spec, node),
-            inputs=node["inputs"],
+            args=MappingProxyType(_arguments(spec, node)),
+            inputs=MappingProxyType(dict(node["inputs"])),
             outputs=tuple(node["outputs"]),
-            input_shapes={port: tuple(shape) for port, shape in node["input_shapes"].items()},
-            output_shapes={port: tuple(shape) for port, shape in node["output_shapes"].items()},
+            input_shapes=MappingProxyType({port: tuple(shape) for port, shape in node["input_shapes"].items()}),
+            output_shapes=MappingProxyType({port: tuple(shape) for port, shape in node["output_shapes"].items()}),
             initialization=_record(node["initialization"], DEFAULT_INITIALIZATION, check_initialization_record, node["id"]),
             trainability=_record(node["trainability"], DEFAULT_TRAINABILITY, check_trainability_record, node["id"]),
-            source=_tuples(node["source"]),
-            provenance=node["provenance"],
+            source=freeze(_tuples(node["source"])),
+            provenance=MappingProxyType(dict(node["provenance"])),
         ))
     return ResolvedPlan(
         frontend=record["frontend"],
@@ -401,7 +463,7 @@ def _record(saved: Any, default: Mapping, check, node_id: str) -> Any:
     """A construction record: the shared default as is, anything else checked canonically."""
     if saved == default:
         return default
-    return check(saved, node=node_id)
+    return freeze(check(saved, node=node_id))
 
 
 def _check_ports(ports: Any, keys: tuple[str, ...], field: str) -> None:

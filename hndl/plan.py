@@ -71,6 +71,14 @@ class PlanNode(_Frozen):
     def __init__(self, **fields: Any) -> None:
         self._set(**fields)
 
+    @classmethod
+    def restored(cls, **fields: Any) -> "PlanNode":
+        """A node from values the caller built immutable (persistence), without re-freezing them."""
+        node = cls.__new__(cls)
+        for name in cls.__slots__:
+            object.__setattr__(node, name, fields[name])
+        return node
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PlanNode) and all(
             _plain(getattr(self, name)) == _plain(getattr(other, name)) for name in self.__slots__

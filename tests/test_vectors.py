@@ -38,9 +38,9 @@ def test_vector_digests_are_recomputed_exactly(name):
 
 
 @pytest.mark.parametrize("name", sorted(specs.VECTORS))
-def test_resolving_the_specification_again_reproduces_the_vector(name):
-    text = (VECTORS / f"{name}.json").read_text(encoding="utf-8")
-    assert specs.resolve_vector(name).to_json() == text
+def test_resolving_the_specification_again_gives_the_same_semantic_plan(name):
+    # Explanations (node source derivations) may improve between releases; the concrete graph may not.
+    assert specs.resolve_vector(name).semantic_digest == DIGESTS[name]["semantic"]
 
 
 def test_the_single_port_vectors_store_no_port_lists_and_the_named_one_does():

@@ -47,6 +47,17 @@ class Facts:
         self._labels.append(label)
         return var
 
+    def new_known(self, label: str, value: int, reason: str) -> int:
+        """A fresh variable that already holds ``value`` (a checked extent, e.g. from a saved plan)."""
+        if type(value) is not int or not 0 < value <= self.max_dimension:
+            raise HNDLError("E_CONSTRAINT", f"{label} would be {value!r}, not a positive extent", chain=(reason,))
+        var = self.new(label)
+        self._value[var] = value
+        self._reason[var] = reason
+        self._origin[var] = (var, reason, ())
+        self.version += 1
+        return var
+
     def label(self, var: int) -> str:
         return self._labels[var]
 
@@ -103,9 +114,6 @@ class Facts:
         if type(multiple) is int:
             return f"{multiple}*{self.batch_symbol}"
         return None
-
-    def known(self, var: int) -> bool:
-        return self.render(var) is not None
 
     def interval(self, var: int) -> Optional[tuple[int, int]]:
         """The inclusive integer interval known for an unknown ``var``, if any."""
@@ -181,7 +189,7 @@ class Facts:
                 f"{self.label(var)} is a batch axis and cannot be fixed to {value}",
                 chain=(reason,),
             )
-        root_value = Fraction(value) / ratio
+        root_value = _quotient(value, ratio)
         if root in self._value:
             if self._value[root] != root_value:
                 current = int(ratio * self._value[root])
@@ -256,7 +264,9 @@ class Facts:
                 chain=tuple(r for r in (self._reason.get(root_a), self._reason.get(root_b), reason) if r),
             )
         if value_a is not None and value_b is not None:
-            if Fraction(value_a) != link * value_b:
+            if value_a == link * value_b:
+                return  # two known, agreeing extents: merging would add no information
+            if value_a != link * value_b:
                 raise HNDLError(
                     code,
                     f"{self.label(a)} is {self.value(a)} but {self.label(b)} is {self.value(b)}"
@@ -264,7 +274,7 @@ class Facts:
                     chain=(self._reason[root_a], self._reason[root_b], reason),
                 )
         elif value_a is not None:
-            implied = Fraction(value_a) / link
+            implied = _quotient(value_a, link)
             self._check_members(root_b, implied, f"{self._reason[root_a]}; {reason}", code)
             self._check_bounds(root_b, implied, reason, code)
             self._value[root_b] = int(implied)
@@ -384,6 +394,19 @@ class TensorFacts:
         self.rank_reason = reason
         self.dims = [self.facts.new(f"{self.label}[{axis}]") for axis in range(rank)]
         self.facts.version += 1
+
+    def seed(self, shape: tuple, batch_ratio: int, reason: str) -> None:
+        """Give an unranked tensor a concrete shape at once: its batch multiple and known extents."""
+        if self.rank is not None:
+            raise HNDLError("E_CONSTRAINT", f"{self.label} is seeded twice", chain=(reason,))
+        self.rank = len(shape)
+        self.rank_reason = reason
+        facts = self.facts
+        batch = facts.new(f"{self.label}[0]")
+        facts.equate(batch, facts.batch, reason, ratio=batch_ratio)
+        self.dims = [batch, *(facts.new_known(f"{self.label}[{axis}]", extent, reason)
+                              for axis, extent in enumerate(shape[1:], start=1))]
+        facts.version += 1
 
     def shape(self) -> Optional[list]:
         """Rendered entries (``B``, ``2*B``, ints, or None while unknown), or None without a rank."""

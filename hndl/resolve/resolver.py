@@ -8,10 +8,9 @@ module, allocates a tensor or draws a random number.
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from typing import Mapping
 
+from ..collector import collector_paused
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
 from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan
@@ -24,20 +23,8 @@ from .view import NodeView
 
 def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
     """Resolve every omitted dimension of ``graph`` or explain why no plan exists."""
-    with _collector_paused():
+    with collector_paused():
         return _resolve(graph, limits)
-
-
-@contextmanager
-def _collector_paused():
-    """Resolution allocates many small acyclic records; pausing the cyclic collector keeps it linear."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _resolve(graph: Graph, limits: Mapping[str, int]) -> ResolvedPlan:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..collector import collector_paused
 from ..contracts import batch_multiple, parse_contracts
 from ..errors import HNDLError
 from ..graph import Graph, Node, Ref, execution_order
 from ..plan import ResolvedPlan
 from .facts import Facts, TensorFacts
-from .resolver import _apply, _check_dtypes, _collector_paused, _node_state, _tensors
+from .resolver import _apply, _check_dtypes, _node_state, _tensors
 
 INCONSISTENT = ("E_CONSTRAINT", "E_RESHAPE", "E_AMBIGUOUS", "E_UNRESOLVED", "E_DTYPE", "E_ARGUMENT",
                 "E_POLICY_CONFLICT")
@@ -23,7 +24,7 @@ INCONSISTENT = ("E_CONSTRAINT", "E_RESHAPE", "E_AMBIGUOUS", "E_UNRESOLVED", "E_D
 
 def revalidate(plan: ResolvedPlan, registry, *, limits: Mapping[str, int]) -> None:
     """Raise unless every node of ``plan`` satisfies its operator's declared equations."""
-    with _collector_paused():
+    with collector_paused():
         try:
             _revalidate(plan, registry, limits)
         except HNDLError as error:
@@ -113,8 +114,4 @@ def _saved_shapes(plan: ResolvedPlan) -> dict[str, tuple]:
 
 
 def _seed(tensor: TensorFacts, shape: tuple, ref: str, facts: Facts) -> None:
-    reason = f"saved shape of {ref} is {list(shape)}"
-    tensor.set_rank(len(shape), reason)
-    facts.equate(tensor.dims[0], facts.batch, reason, ratio=batch_multiple(shape[0], facts.batch_symbol))
-    for axis, extent in enumerate(shape[1:], start=1):
-        facts.set_value(tensor.dims[axis], extent, reason)
+    tensor.seed(shape, batch_multiple(shape[0], facts.batch_symbol), f"saved shape of {ref} is {list(shape)}")
