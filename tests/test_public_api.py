@@ -26,7 +26,7 @@ INITIALIZERS = [
 ]
 SUBMODULES = {
     "construction", "contracts", "declaration", "errors", "frontends", "graph", "limits", "packs",
-    "inspection", "persist", "plan", "registry", "resolve", "shape_dsl", "torch",
+    "collector", "inspection", "persist", "plan", "registry", "resolve", "shape_dsl", "torch",
 }
 TORCH_API = ["build", "parameter_counts", "network", "network_file", "network_from_callable"]
 TORCH_SUBMODULES = {"build", "graph_module", "initialize", "network"}
