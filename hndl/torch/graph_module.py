@@ -2,7 +2,7 @@
 
 Modules register once under ``nodes.n_<id>``. Forward checks the declared external inputs and
 every port's shape, dtype and device around each node, then returns a dictionary keyed by the
-public output names. ``Network`` is the single-input/single-output facade of §7 over it.
+public output names. The §7 facade ``Network`` (hndl.torch.network) builds on it.
 """
 
 from __future__ import annotations
@@ -179,21 +179,3 @@ class GraphModule(nn.Module):
 
     def __repr__(self) -> str:
         return shape_table(self.plan)
-
-
-class Network(GraphModule):
-    """The §7 facade: inputs positionally or by keyword; one output returns a bare tensor."""
-
-    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
-        names = [name for name, _ in self._inputs]
-        if len(args) > len(names):
-            raise HNDLError("E_BINDING", f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally")
-        inputs = dict(zip(names, args))
-        for name, value in kwargs.items():
-            if name in inputs:
-                raise HNDLError("E_BINDING", f"input {name!r} was given both positionally and by keyword")
-            inputs[name] = value
-        outputs = super().forward(**inputs)
-        if len(outputs) == 1:
-            return next(iter(outputs.values()))
-        return outputs

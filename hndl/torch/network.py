@@ -4,10 +4,31 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
+import torch
+
 from ..frontends.pipeline import resolve, resolve_callable, resolve_file
 from ..registry import Registry
 from .build import construct
-from .graph_module import Network
+from ..errors import HNDLError
+from .graph_module import GraphModule
+
+
+class Network(GraphModule):
+    """The §7 facade: inputs positionally or by keyword; one output returns a bare tensor."""
+
+    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
+        names = [name for name, _ in self._inputs]
+        if len(args) > len(names):
+            raise HNDLError("E_BINDING", f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally")
+        inputs = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name in inputs:
+                raise HNDLError("E_BINDING", f"input {name!r} was given both positionally and by keyword")
+            inputs[name] = value
+        outputs = super().forward(**inputs)
+        if len(outputs) == 1:
+            return next(iter(outputs.values()))
+        return outputs
 
 
 def network(
