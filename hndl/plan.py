@@ -59,6 +59,31 @@ class _Frozen:
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self  # immutable: a copy would be indistinguishable
+
+    def __reduce__(self):
+        return (_thaw, (type(self), {name: _thawed(getattr(self, name)) for name in self.__slots__}))
+
+
+def _thawed(value: Any) -> Any:
+    """Mapping proxies as dicts, so immutable records pickle as plain data."""
+    if isinstance(value, MappingProxyType):
+        return {key: _thawed(item) for key, item in value.items()}
+    if type(value) is tuple:
+        return tuple(_thawed(item) for item in value)
+    return value
+
+
+def _thaw(cls: type, fields: dict) -> Any:
+    record = cls.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(record, name, freeze(value))
+    return record
+
 
 class PlanNode(_Frozen):
     """One concrete node: identity, resolved arguments, port bindings and shapes."""

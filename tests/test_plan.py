@@ -128,3 +128,27 @@ def test_header_names_differing_input_dtype():
         input_dtype="int64", registry=registry,
     )
     assert _lines(str(plan))[0] == "Network: [B, 4] -> [B, 2]  dtype=float32  input_dtype=int64"
+
+
+def test_plans_copy_as_themselves_and_pickle_as_plain_data(plan):
+    import copy
+    import pickle
+
+    assert copy.copy(plan) is plan and copy.deepcopy(plan) is plan
+    again = pickle.loads(pickle.dumps(plan))
+    assert again == plan and again.to_json() == plan.to_json()
+    with pytest.raises(TypeError):
+        again.nodes[0].args["bias"] = False
+
+
+def test_the_build_receipt_is_read_only_and_pickles():
+    import pickle
+
+    from hndl.torch import build
+
+    receipt = build(hndl.resolve(MLP, input_shape=("B", 128), output_shape=("B", 10)), device="cpu").build_receipt
+    assert set(receipt) == {"torch_version", "device", "dtype", "initialization_seed", "seed_mode",
+                            "state_bytes", "estimated_state_bytes"}
+    with pytest.raises(TypeError):
+        receipt["device"] = "cuda"
+    assert dict(pickle.loads(pickle.dumps(receipt))) == dict(receipt)

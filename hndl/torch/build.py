@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 from contextlib import nullcontext
-from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
 import torch
@@ -90,7 +89,7 @@ def construct(
             "E_RESOURCE",
             f"registered state is {state_bytes} bytes, above max_state_bytes={checked['max_state_bytes']}",
         )
-    receipt = MappingProxyType({
+    receipt = BuildReceipt({
         "torch_version": torch.__version__,
         "device": str(target),
         "dtype": plan.dtype,
@@ -101,6 +100,32 @@ def construct(
     })
     port_dtypes = _port_dtypes(plan, specs)
     return module_class(plan, modules, port_dtypes, receipt, target)
+
+
+class BuildReceipt(Mapping):
+    """What a build used (§11): a read-only mapping stored as ``module.build_receipt``.
+
+    Keys: torch_version, device, dtype, initialization_seed, seed_mode ("caller" or "isolated"),
+    state_bytes (registered parameters and buffers as built) and estimated_state_bytes (the
+    meta-device pass). It copies and pickles like plain data.
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self._fields = dict(fields)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._fields[key]
+
+    def __iter__(self):
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        return f"BuildReceipt({self._fields!r})"
 
 
 # -- helpers ---------------------------------------------------------------------------------------
