@@ -173,13 +173,18 @@ class _SeededScope:
     """An isolated RNG scope: seed on entry, restore the caller's RNG state on exit."""
 
     def __init__(self, seed: int, device: torch.device) -> None:
-        devices = [device.index] if device.type == "cuda" else []
-        self._fork = torch.random.fork_rng(devices=devices)
+        self._cuda = device.index if device.type == "cuda" else None
+        self._fork = torch.random.fork_rng(devices=[] if self._cuda is None else [self._cuda])
         self._seed = seed
 
     def __enter__(self):
         self._fork.__enter__()
-        torch.manual_seed(self._seed)
+        # Seed only the generators fork_rng restores: torch.manual_seed would also queue a
+        # seed for every CUDA device and leak past the scope.
+        torch.default_generator.manual_seed(self._seed)
+        if self._cuda is not None:
+            with torch.cuda.device(self._cuda):
+                torch.cuda.manual_seed(self._seed)
         return self
 
     def __exit__(self, *exc):

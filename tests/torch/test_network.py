@@ -213,3 +213,19 @@ def test_reduced_precision_plans_build_in_their_dtype():
         model = network(MLP, device="cpu", dtype=dtype, **CONTRACT)
         assert model.nodes.n_n0.weight.dtype == torch_dtype
         assert model(torch.randn(2, 128, dtype=torch_dtype)).dtype == torch_dtype
+
+
+def _pending_cuda_seeds():
+    tracker = torch.cuda._lazy_seed_tracker
+    return [id(call) for call in tracker.get_calls()] + [id(call) for call in torch.cuda._queued_calls]
+
+
+def test_an_explicit_seed_touches_no_rng_it_does_not_restore():
+    if torch.cuda.is_initialized():
+        before = torch.cuda.get_rng_state()
+        network(MLP, device="cpu", initialization_seed=11, **CONTRACT)
+        assert torch.equal(torch.cuda.get_rng_state(), before)
+        return
+    pending = _pending_cuda_seeds()
+    network(MLP, device="cpu", initialization_seed=11, **CONTRACT)
+    assert _pending_cuda_seeds() == pending  # no CUDA seed queued behind the caller's back
