@@ -431,6 +431,7 @@ def _rebuild(record: dict, registry) -> ResolvedPlan:
             for shape in node[field].values():
                 batch_multiple(shape[0], batch, field=field)
                 _check_extents(shape[1:], field)
+        in_ports = _declared_order(spec, node)
         # Every value below is built fresh from the decoded record and is already immutable
         # (tuples, mapping proxies over new dicts), so the node can skip freezing it again.
         nodes.append(PlanNode.restored(
@@ -438,10 +439,10 @@ def _rebuild(record: dict, registry) -> ResolvedPlan:
             op=node["op"],
             alias=spec.alias,
             args=MappingProxyType(_arguments(spec, node)),
-            inputs=MappingProxyType(dict(node["inputs"])),
+            inputs=MappingProxyType({port: node["inputs"][port] for port in in_ports}),
             outputs=tuple(node["outputs"]),
-            input_shapes=MappingProxyType({port: tuple(shape) for port, shape in node["input_shapes"].items()}),
-            output_shapes=MappingProxyType({port: tuple(shape) for port, shape in node["output_shapes"].items()}),
+            input_shapes=MappingProxyType({port: tuple(node["input_shapes"][port]) for port in in_ports}),
+            output_shapes=MappingProxyType({port: tuple(node["output_shapes"][port]) for port in node["outputs"]}),
             initialization=_record(node["initialization"], DEFAULT_INITIALIZATION, check_initialization_record, node["id"]),
             trainability=_record(node["trainability"], DEFAULT_TRAINABILITY, check_trainability_record, node["id"]),
             source=freeze(_tuples(node["source"])),
@@ -457,6 +458,24 @@ def _rebuild(record: dict, registry) -> ResolvedPlan:
         schema_version=record["schema_version"],
         resolution_version=record["resolution_version"],
     )
+
+
+def _declared_order(spec, node: dict) -> tuple[str, ...]:
+    """Input ports in the operator's declared binding order: JSON objects are saved with sorted
+    keys, but modules receive their tensors positionally in declaration order."""
+    saved = node["inputs"]
+    try:
+        ports = spec.input_ports(len(saved)) if spec.shape.variadic_input else spec.input_ports()
+    except HNDLError:
+        ports = ()
+    if set(ports) != set(saved) or set(node["input_shapes"]) != set(saved) or set(node["output_shapes"]) != set(node["outputs"]):
+        raise HNDLError(
+            "E_BINDING",
+            f"node {node['id']!r} saves input ports {sorted(saved)}, but {spec.qualified} declares {list(ports)}",
+            node=node["id"],
+            field="inputs",
+        )
+    return ports
 
 
 def _record(saved: Any, default: Mapping, check, node_id: str) -> Any:

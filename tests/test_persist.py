@@ -1225,3 +1225,33 @@ def _validate(value, node, root, path="$"):
     if "anyOf" in node and not any(not _validate(value, option, root, path) for option in node["anyOf"]):
         errors.append(f"{path}: {value!r} matches none of anyOf")
     return errors
+
+
+def test_restored_nodes_receive_their_inputs_in_declared_order():
+    """JSON sorts object keys; restoration must bind ports in declaration order again."""
+    import torch
+
+    from hndl.torch import build
+
+    style = hndl.resolve(
+        "z1, z2 = split(64)\nlinear(z1)\nfeatures = reshape(32, 4, 4)\nadaptive_norm(features, z2)",
+        input_shape=("B", 128), output_shape=("B", 32, 4, 4),
+    )
+    restored = ResolvedPlan.from_json(style.to_json())
+    assert list(restored.node("n3").inputs) == ["x", "params"]
+    wide = hndl.resolve(
+        "parts = chunk(x, 12)\n"
+        "a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = parts\n"
+        "concat(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)",
+        input_shape=("B", 12), output_shape=("B", 12),
+    )
+    back = ResolvedPlan.from_json(wide.to_json())
+    assert list(back.node("n1").inputs) == [f"x{i}" for i in range(12)]
+    x = torch.arange(12.0).reshape(1, 12)
+    assert torch.equal(build(back, device="cpu")(x=x)["output"], x)
+    torch.manual_seed(0)
+    original = build(style, device="cpu")
+    rebuilt = build(restored, device="cpu")
+    rebuilt.load_state_dict(original.state_dict())
+    z = torch.randn(2, 128)
+    torch.testing.assert_close(rebuilt(x=z)["output"], original(x=z)["output"])
