@@ -28,8 +28,10 @@ SUBMODULES = {
     "construction", "contracts", "declaration", "errors", "frontends", "graph", "limits", "packs",
     "collector", "inspection", "persist", "plan", "registry", "resolve", "shape_dsl", "torch",
 }
-TORCH_API = ["build", "parameter_counts", "network", "network_file", "network_from_callable"]
-TORCH_SUBMODULES = {"build", "graph_module", "initialize", "network"}
+TORCH_API = [
+    "build", "parameter_counts", "network", "network_file", "network_from_callable", "restore", "dry_run", "preflight",
+]
+TORCH_SUBMODULES = {"build", "graph_module", "initialize", "network", "state_watch"}
 
 
 def test_all_is_exactly_section_7_plus_the_initializers():
@@ -169,3 +171,25 @@ def test_hndl_exposes_nothing_beyond_all_and_its_submodules():
 
 def test_hndl_has_a_version_string():
     assert isinstance(hndl.__version__, str) and hndl.__version__
+
+
+def test_restore_and_the_inspection_modes_have_their_keywords():
+    restore = inspect.signature(hndl.torch.restore).parameters
+    assert list(restore) == ["saved", "state_dict", "device", "registry", "initialization_seed", "limits"]
+    assert restore["state_dict"].default is None
+    assert restore["device"].default is inspect.Parameter.empty  # device is required
+    assert all(restore[name].kind is inspect.Parameter.KEYWORD_ONLY for name in list(restore)[2:])
+    dry_run = inspect.signature(hndl.torch.dry_run).parameters
+    assert list(dry_run) == ["plan", "registry", "batch", "limits"]
+    preflight = inspect.signature(hndl.torch.preflight).parameters
+    assert list(preflight) == ["plan", "device", "registry", "batch", "seed", "backward", "limits"]
+    assert preflight["device"].default == "cpu" and preflight["seed"].default == 0
+
+
+def test_function_names_survive_importing_their_same_named_submodules():
+    importlib.import_module("hndl.torch.restore")
+    importlib.import_module("hndl.torch.preflight")
+    assert inspect.isfunction(hndl.torch.restore) and inspect.isfunction(hndl.torch.preflight)
+    from hndl.torch.restore import check_state, load_state  # helpers stay reachable in their module
+
+    assert callable(check_state) and callable(load_state)

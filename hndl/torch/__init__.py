@@ -1,6 +1,17 @@
-"""The PyTorch backend (§11): build a ResolvedPlan into ordinary, fully materialised modules."""
+"""The PyTorch backend (§11): build a ResolvedPlan into ordinary, fully materialised modules.
+
+``build`` / ``parameter_counts`` construct; the network constructors resolve and build in one
+step; ``restore`` rebuilds a saved plan and loads a checked state dictionary (§12); ``dry_run``
+and ``preflight`` are the meta-device and numerical inspection modes of §13 (static
+resolution, the third, is ``hndl.resolve``).
+"""
 
 from .build import build, parameter_counts
 from .network import network, network_file, network_from_callable
+from .preflight import dry_run, preflight
+from .restore import restore
 
-__all__ = ["build", "parameter_counts", "network", "network_file", "network_from_callable"]
+__all__ = [
+    "build", "parameter_counts", "network", "network_file", "network_from_callable",
+    "restore", "dry_run", "preflight",
+]

@@ -1,12 +1,47 @@
 """GraphModule: an ordinary torch module whose forward is a straight-line program over nodes.
 
-Modules register once under ``nodes.n_<id>``. Forward checks the declared external inputs and
-every port's shape, dtype and device around each node, then returns a dictionary keyed by the
-public output names. The §7 facade ``Network`` (hndl.torch.network) builds on it.
+Modules register once under ``nodes.n_<id>``; ``forward(**inputs)`` returns a dictionary keyed
+by the public output names. The §7 facade ``Network`` (hndl.torch.network) builds on it.
+
+Runtime validation is done once per input signature (see docs in SPEC.md §11 and the
+runtime-validation design):
+
+* The signature of a call is every external input's ``(shape, dtype, device)``, the module's
+  ``training`` flag and the autocast state. The first call for a signature runs the *checked
+  program*: every port's shape (``k*B`` entries against this call's batch), dtype and device
+  before and after its node, then the registered-state check. Up to 64 validated signatures
+  are remembered per module; the 65th clears them.
+* Later calls with a remembered signature build the signature tuple, look it up, run a
+  generated straight-line function that calls each bound module directly (``r0 = m0(a0)``,
+  registers reused once a value is dead, so intermediates are freed as early as in
+  ``nn.Sequential``) and check one flag that the registration hooks set.
+* ``_apply`` (``.to()``, ``.cuda()``, ``.double()``, ...) and any parameter / buffer /
+  submodule registration on a module of the graph (torch's global registration hooks,
+  installed by ``state_watch``) clear the signatures and force a registered-state check on the
+  next call; a registration during a call that used a remembered signature is checked at the
+  end of that call. ``deepcopy`` gives the clone a fresh cache and watches the clone's
+  modules. ``load_state_dict`` needs nothing (it copies in place; ``assign=True`` assigns, so
+  the hooks fire).
+* Known gap: PyTorch runs no hook for ``del module.x``, ``module.param = None`` or writes
+  straight into ``_parameters`` / ``_buffers`` / ``_modules``. After a signature has been
+  validated these are reported at the next full check (a new signature, ``.to()``, any hooked
+  registration) or as soon as a node raises (the failure path re-runs the state check). The
+  only silent case is ``param = None`` on a module that tolerates it (``linear.bias = None``
+  runs bias-free until the next revalidation).
+* Under ``torch.compiler.is_compiling()`` forward traces the checked program without the
+  cache, so dynamo turns the checks into guards.
+
+Errors: HNDL's own checks raise ``HNDLError`` (``E_BINDING`` for the input names, ``E_RUNTIME``
+for contracts and registered state). An exception raised inside a node propagates unchanged
+(type, message, traceback) and gains exactly one note naming the node, its operator and source
+line, the node's inputs against their contracts, and the registered-state difference if any;
+through nested graphs only the innermost note is kept. The note is built only when something
+has already failed.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Mapping, Optional
 
 import torch
@@ -15,6 +50,7 @@ from torch import nn
 from ..contracts import batch_multiple
 from ..errors import HNDLError
 from ..plan import ResolvedPlan, format_shape, shape_table
+from . import state_watch
 
 TORCH_DTYPES = {
     "float32": torch.float32,
@@ -26,48 +62,121 @@ TORCH_DTYPES = {
 }
 DTYPE_NAMES = {value: key for key, value in TORCH_DTYPES.items()}
 
+#: Validated signatures remembered per module; one more clears them all.
+MAX_SIGNATURES = 64
+NOTE_PREFIX = "HNDL: raised inside node"
+STATE_REMEDY = (
+    "HNDL fixes every parameter, buffer and submodule when it builds a plan, so state added or "
+    "removed later is not trained, seeded or saved as the plan describes; create it in __init__, "
+    "or resolve and build a new plan to change the architecture"
+)
+CONTRACT_REMEDY = "Call the module with tensors matching the plan's contracts."
+
+_is_compiling = torch.compiler.is_compiling
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def _autocast_key() -> tuple:
+    """The detailed autocast state, computed only when some autocast is enabled."""
+    return tuple(
+        (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        for device in ("cpu", "cuda")
+    )
+
+
+def dtype_name(dtype: Any) -> str:
+    """HNDL's spelling of a torch dtype: ``float64``, not ``torch.float64``."""
+    name = DTYPE_NAMES.get(dtype)
+    if name is not None:
+        return name
+    text = str(dtype)
+    return text[len("torch."):] if text.startswith("torch.") else text
+
+
+def describe(value: Any) -> str:
+    """``[3, 5]:float32 on cpu`` for a tensor, the type name for anything else."""
+    if isinstance(value, torch.Tensor):
+        return f"{list(value.shape)}:{dtype_name(value.dtype)} on {value.device}"
+    return type(value).__name__
+
 
 class _Port:
     """A compiled port contract: batch multiples and fixed extents, dtype, label."""
 
-    __slots__ = ("label", "entries", "dtype", "text")
+    __slots__ = ("label", "name", "entries", "dtype", "symbol")
 
-    def __init__(self, label: str, shape: tuple, dtype: Optional[str], batch: str) -> None:
+    def __init__(self, label: str, name: str, shape: tuple, dtype: Optional[str], batch: str) -> None:
         self.label = label
-        self.text = format_shape(shape)
+        self.name = name
+        self.symbol = batch
         self.dtype = TORCH_DTYPES.get(dtype) if dtype not in (None, "any") else None
         self.entries = tuple(_entry(value, batch) for value in shape)
 
-    def check(self, tensor: Any, batch: int, device: torch.device) -> None:
-        if not isinstance(tensor, torch.Tensor):
-            raise HNDLError("E_RUNTIME", f"{self.label}: expected a tensor, got {type(tensor).__name__}")
-        shape = tensor.shape
-        expected = [value * batch if kind == "batch" else value for kind, value in self.entries]
+    def expected(self, batch: int) -> list:
+        return [value * batch if kind else value for kind, value, _ in self.entries]
+
+    def contract(self, batch: int) -> str:
+        """``[B=3, 4]`` (``[2*B=6, 4]`` for a multiple) for this call's batch."""
+        return "[" + ", ".join(f"{text}={value * batch}" if kind else str(value) for kind, value, text in self.entries) + "]"
+
+    def contract_full(self, batch: int, device: torch.device) -> str:
+        dtype = dtype_name(self.dtype) if self.dtype is not None else "any"
+        return f"{self.contract(batch)}:{dtype} on {device}"
+
+    def problem(self, value: Any, batch: int, device: torch.device) -> Optional[str]:
+        """The first line of what is wrong with ``value`` at this port, or None."""
+        if not isinstance(value, torch.Tensor):
+            return f"{self.label}: expected a tensor, got {type(value).__name__}"
+        shape = value.shape
+        expected = self.expected(batch)
         if len(shape) != len(expected) or any(a != b for a, b in zip(shape, expected)):
-            raise HNDLError(
-                "E_RUNTIME",
-                f"{self.label}: expected shape {self.text} (batch {batch}) = {expected}, got {list(shape)}",
-                remedies=("Call the module with tensors matching the plan's contracts.",),
-            )
-        if self.dtype is not None and tensor.dtype != self.dtype:
-            raise HNDLError(
-                "E_RUNTIME",
-                f"{self.label}: expected dtype {DTYPE_NAMES[self.dtype]}, got {DTYPE_NAMES.get(tensor.dtype, tensor.dtype)}",
-            )
-        if tensor.device != device:
-            raise HNDLError("E_RUNTIME", f"{self.label}: expected device {device}, got {tensor.device}")
+            return f"{self.label}: expected shape {self.contract(batch)}, got {list(shape)}"
+        if self.dtype is not None and value.dtype != self.dtype:
+            return f"{self.label}: expected dtype {dtype_name(self.dtype)}, got {dtype_name(value.dtype)}"
+        if value.device != device:
+            return f"{self.label}: expected device {device}, got {value.device}"
+        return None
+
+    def check(self, value: Any, batch: int, device: torch.device, source: str, **where: Any) -> None:
+        """Raise E_RUNTIME when ``value`` breaks this port's contract for the call's ``batch``."""
+        if isinstance(value, torch.Tensor):
+            shape = value.shape
+            entries = self.entries
+            if len(shape) == len(entries):
+                for (kind, extent, _), actual in zip(entries, shape):
+                    if actual != (extent * batch if kind else extent):
+                        break
+                else:
+                    if (self.dtype is None or value.dtype == self.dtype) and value.device == device:
+                        return
+        raise self.error(value, batch, device, source, **where)
+
+    def error(self, value: Any, batch: int, device: torch.device, source: str, **where: Any) -> HNDLError:
+        message = self.problem(value, batch, device) or f"{self.label}: breaks its contract"
+        if isinstance(value, torch.Tensor):
+            message += f"\n  expected {self.contract_full(batch, device)}\n  got      {describe(value)}"
+            if self._batch_axis_differs(value, batch) and source != self.label:
+                message += f"\n  {self.symbol}={batch} is this call's batch size, read from {source}"
+        return HNDLError("E_RUNTIME", message, remedies=(CONTRACT_REMEDY,), **where)
+
+    def _batch_axis_differs(self, value: torch.Tensor, batch: int) -> bool:
+        return any(
+            kind and index < value.dim() and value.shape[index] != extent * batch
+            for index, (kind, extent, _) in enumerate(self.entries)
+        )
 
 
-def _entry(value: Any, batch: str) -> tuple[str, int]:
+def _entry(value: Any, batch: str) -> tuple[bool, int, str]:
+    """(is a batch entry, multiple or extent, original text)."""
     if isinstance(value, int):
-        return ("fixed", value)
-    return ("batch", batch_multiple(value, batch))
+        return (False, value, str(value))
+    return (True, batch_multiple(value, batch), str(value))
 
 
 class _Step:
     """One node of the compiled program."""
 
-    __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where")
+    __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where", "location", "release")
 
     def __init__(self, module: nn.Module, node, batch: str, dtypes: tuple[Mapping[str, str], Mapping[str, str]]) -> None:
         self.module = module
@@ -76,15 +185,18 @@ class _Step:
         self.writes = tuple(f"node:{node.id}/{port}" for port in node.outputs)
         expected, produced = dtypes
         self.ports_in = tuple(
-            _Port(f"{node.alias} {node.id!r} input {port!r} (from {ref})", node.input_shapes[port], expected[port], batch)
+            _Port(f"{node.alias} {node.id!r} input {port!r} (from {ref})", port, node.input_shapes[port], expected[port], batch)
             for port, ref in node.inputs.items()
         )
         self.ports_out = tuple(
-            _Port(f"{node.alias} {node.id!r} output {port!r}", node.output_shapes[port], produced[port], batch)
+            _Port(f"{node.alias} {node.id!r} output {port!r}", port, node.output_shapes[port], produced[port], batch)
             for port in node.outputs
         )
         line = node.source.get("line")
-        self.where = f"{node.alias}" + (f", line {line}, column {node.source.get('column')}" if line else "")
+        column = node.source.get("column")
+        self.where = f"{node.alias}" + (f", line {line}, column {column}" if line else "")
+        self.location = {"node": node.id, "line": line, "column": column if line else None}
+        self.release: tuple = ()
 
     def outputs(self, result: Any) -> tuple:
         """Map the module's return value onto the declared output ports, in order."""
@@ -96,7 +208,7 @@ class _Step:
                 raise HNDLError(
                     "E_RUNTIME",
                     f"node {self.node.id!r} returned keys {sorted(result)}, expected exactly {list(names)}",
-                    node=self.node.id,
+                    **self.location,
                 )
             return tuple(result[name] for name in names)
         if isinstance(result, (tuple, list)) and len(result) == len(names):
@@ -104,8 +216,116 @@ class _Step:
         raise HNDLError(
             "E_RUNTIME",
             f"node {self.node.id!r} returned {type(result).__name__}, expected {len(names)} tensor(s) for {list(names)}",
-            node=self.node.id,
+            **self.location,
         )
+
+
+# -- registered state ------------------------------------------------------------------------------
+def _record_state(container: nn.Module, node_of: Mapping[str, str]) -> tuple:
+    """Every module under ``container`` with its parameter, buffer and submodule slots.
+
+    Each entry is ``(path, node id, module, ((name, present), ...) for parameters, the same for
+    buffers, ((name, child or None), ...))``. Parameters and buffers are recorded by presence
+    (a tensor replaced under the same name is legitimate: ``load_state_dict(assign=True)``);
+    submodules by identity.
+    """
+    entries = []
+    seen: set[int] = set()
+
+    def visit(module: nn.Module, path: str, node: Optional[str]) -> None:
+        if id(module) in seen:
+            return
+        seen.add(id(module))
+        children = tuple(module._modules.items())
+        entries.append((
+            path, node, module,
+            tuple((name, value is not None) for name, value in module._parameters.items()),
+            tuple((name, value is not None) for name, value in module._buffers.items()),
+            children,
+        ))
+        for name, child in children:
+            if child is not None:
+                visit(child, f"{path}.{name}", node if node is not None else node_of.get(name))
+
+    visit(container, "nodes", None)
+    return tuple(entries)
+
+
+def _slot_difference(path: str, kind: str, recorded: tuple, current: Mapping[str, Any]) -> Optional[str]:
+    if len(recorded) == len(current):
+        for name, present in recorded:
+            if name not in current or (current[name] is not None) != present:
+                break
+        else:
+            return None
+    names = set()
+    for name, present in recorded:
+        names.add(name)
+        if name not in current:
+            return f"{kind} '{path}.{name}' was removed"
+        value = current[name]
+        if present and value is None:
+            return f"{kind} '{path}.{name}' was set to None"
+        if not present and value is not None:
+            return f"{kind} '{path}.{name}' was filled in (it was None at build)"
+    for name in current:
+        if name not in names:
+            return f"{kind} '{path}.{name}' was added"
+    return None
+
+
+def _children_difference(path: str, recorded: tuple, current: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    if len(recorded) == len(current):
+        for name, child in recorded:
+            if current.get(name, _MISSING) is not child:
+                break
+        else:
+            return None
+    names = set()
+    for name, child in recorded:
+        names.add(name)
+        value = current.get(name, _MISSING)
+        if value is child:
+            continue
+        if value is _MISSING:
+            return name, f"submodule '{path}.{name}' was removed"
+        if child is None:
+            return name, f"submodule '{path}.{name}' was filled in with {type(value).__name__} (it was None at build)"
+        if value is None:
+            return name, f"submodule '{path}.{name}' was set to None (it was {type(child).__name__} at build)"
+        other = "another " if type(value) is type(child) else ""
+        return name, f"submodule '{path}.{name}' was replaced with {other}{type(value).__name__} (it was {type(child).__name__} at build)"
+    for name, value in current.items():
+        if name not in names:
+            added = "None" if value is None else type(value).__name__
+            return name, f"submodule '{path}.{name}' was added ({added})"
+    return None
+
+
+_MISSING = object()
+
+
+def state_difference(record: tuple, node_of: Mapping[str, str]) -> Optional[tuple[Optional[str], str]]:
+    """Replay ``record``: ``(node id or None, what differs)`` for the first difference, else None."""
+    for path, node, module, parameters, buffers, children in record:
+        text = _slot_difference(path, "parameter", parameters, module._parameters)
+        if text is None:
+            text = _slot_difference(path, "buffer", buffers, module._buffers)
+        if text is not None:
+            return node, text
+        found = _children_difference(path, children, module._modules)
+        if found is not None:
+            name, text = found
+            return (node if node is not None else node_of.get(name)), text
+    return None
+
+
+# -- the module ------------------------------------------------------------------------------------
+#: Derived attributes rebuilt from the plan and the bound modules (deepcopy, unpickling).
+_RUNTIME = (
+    "_inputs", "_steps", "_outputs", "_input_names", "_entry", "_signatures", "_state_dirty",
+    "_validations", "_bare", "_positional", "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
+)
 
 
 class GraphModule(nn.Module):
@@ -124,34 +344,260 @@ class GraphModule(nn.Module):
         self.plan = plan
         self.build_receipt = receipt
         self._device = device
-        self._inputs = tuple(
-            (port["name"], _Port(f"input {port['name']!r}", port["shape"], port["dtype"], plan.batch))
+        state = self.__dict__
+        state["_port_dtypes"] = port_dtypes
+        state["_node_modules"] = tuple(modules[node.id] for node in plan.nodes)
+        state["_record"] = _record_state(self.nodes, {f"n_{node.id}": node.id for node in plan.nodes})
+        self._setup_runtime()
+
+    # -- runtime structures ------------------------------------------------------------------------
+    def _setup_runtime(self) -> None:
+        plan = self.plan
+        state = self.__dict__
+        state["_inputs"] = tuple(
+            (port["name"], _Port(f"input {port['name']!r}", port["name"], port["shape"], port["dtype"], plan.batch))
             for port in plan.inputs
         )
-        self._steps = tuple(_Step(modules[node.id], node, plan.batch, port_dtypes[node.id]) for node in plan.nodes)
-        self._outputs = tuple((port["name"], port["ref"]) for port in plan.outputs)
+        state["_input_names"] = tuple(name for name, _ in self._inputs)
+        steps = tuple(
+            _Step(module, node, plan.batch, self._port_dtypes[node.id])
+            for module, node in zip(self._node_modules, plan.nodes)
+        )
+        outputs = tuple((port["name"], port["ref"]) for port in plan.outputs)
+        kept = {ref for _, ref in outputs}
+        last = {}
+        for index, step in enumerate(steps):
+            for ref in step.reads:
+                last[ref] = index
+        for index, step in enumerate(steps):
+            step.release = tuple(ref for ref in dict.fromkeys(step.reads) if last[ref] == index and ref not in kept)
+        state["_steps"] = steps
+        state["_outputs"] = outputs
+        state["_node_of"] = {f"n_{node.id}": node.id for node in plan.nodes}
+        state["_plan_nodes"] = {node.id: node for node in plan.nodes}
+        state["_signatures"] = {}
+        state["_state_dirty"] = False
+        state["_validations"] = 0
+        state["_bare"] = tuple(True for _ in steps)
+        container = self._record[0][2]
+        state["_watches"] = state_watch.watch(self, (self, *(entry[2] for entry in self._record), container))
+        self._generate()
 
+    def _generate(self) -> None:
+        """Compile the fast paths for remembered signatures into straight-line functions.
+
+        ``entry(graph, inputs)`` serves ``forward(**inputs)`` and returns the output dict;
+        ``positional(graph, args)`` serves a facade called with every input positionally and
+        returns the single output's tensor (the dict when there are several). Both first defer
+        to the traced program under torch.compile and to the checked program for a signature
+        that is not remembered. Modules are bound as defaults, so the body reads locals only.
+        """
+        names = self._input_names
+        bound: dict[str, Any] = {
+            "signatures": self._signatures, "any_autocast": _any_autocast, "autocast_key": _autocast_key,
+            "is_compiling": _is_compiling,
+        }
+        arguments = [f"a{index}" for index in range(len(names))]
+        key = [f"{a}.{field}" for a in arguments for field in ("shape", "dtype", "device")]
+        key += ["graph.training", "autocast_key() if any_autocast() else False"]
+        signature = f"known = ({', '.join(key)}) in signatures"
+        for index, name in enumerate(names):
+            bound[f"n{index}"] = name
+
+        local: dict[str, str] = {f"input:{name}": argument for name, argument in zip(names, arguments)}
+        kept = {ref for _, ref in self._outputs}
+        read = {ref for step in self._steps for ref in step.reads}
+        free: list[str] = []
+        registers = 0
+        body: list[str] = []
+        fast_reads = []
+        for index, step in enumerate(self._steps):
+            args = [local[ref] for ref in step.reads]
+            fast_reads.append(tuple(args))
+            for ref in step.release:
+                if local[ref].startswith("r"):
+                    free.append(local[ref])
+            targets = []
+            for ref in step.writes:
+                if ref not in read and ref not in kept:
+                    targets.append("_")
+                    continue
+                if free:
+                    register = free.pop()
+                else:
+                    register = f"r{registers}"
+                    registers += 1
+                local[ref] = register
+                targets.append(register)
+            bound[f"m{index}"] = step.module
+            call = f"m{index}({', '.join(args)})"
+            if len(step.writes) == 1 and self._bare[index]:
+                body.append(f"{targets[0]} = {call}")
+            else:
+                bound[f"s{index}"] = step.outputs
+                body.append(f"{', '.join(targets)}, = s{index}({call})")
+        for index, (name, _) in enumerate(self._outputs):
+            bound[f"k{index}"] = name
+        result = "{" + ", ".join(f"k{index}: {local[ref]}" for index, (_, ref) in enumerate(self._outputs)) + "}"
+        single = local[self._outputs[0][1]] if len(self._outputs) == 1 else result
+
+        defaults = ", ".join(f"{name}={name}" for name in bound)
+        lines: list[str] = []
+        fast_lines: dict[int, int] = {}
+
+        def emit_body(returned: str) -> None:
+            lines.append("    try:")
+            for index, statement in enumerate(body):
+                lines.append(f"        {statement}")
+                fast_lines[len(lines)] = index
+            if not body:
+                lines.append("        pass")
+            lines.extend([
+                "    except Exception as error:",
+                "        graph._explain(error, locals())",
+                "        raise",
+                "    if graph._state_dirty:",
+                "        graph._state_changed_during_call()",
+                f"    return {returned}",
+            ])
+
+        lines.extend([
+            f"def entry(graph, inputs, *, {defaults}):",
+            "    if is_compiling():",
+            "        return graph._traced_call(inputs)",
+            f"    if len(inputs) != {len(names)}:",
+            "        return graph._checked_call(inputs)",
+            "    try:",
+            *(f"        {argument} = inputs[n{index}]" for index, argument in enumerate(arguments)),
+            f"        {signature}",
+            "    except Exception:",
+            "        return graph._checked_call(inputs)",
+            "    if not known:",
+            "        return graph._checked_call(inputs)",
+        ])
+        emit_body(result)
+        lines.extend([
+            f"def positional(graph, args, *, {defaults}):",
+            f"    if len(args) != {len(names)} or is_compiling():",
+            "        return graph._positional_call(args)",
+            "    try:",
+            f"        {', '.join(arguments)}, = args",
+            f"        {signature}",
+            "    except Exception:",
+            "        return graph._positional_call(args)",
+            "    if not known:",
+            "        return graph._positional_call(args)",
+        ])
+        emit_body(single)
+        space: dict[str, Any] = dict(bound)
+        exec(compile("\n".join(lines) + "\n", "<hndl graph>", "exec"), space)
+        state = self.__dict__
+        state["_entry"] = space["entry"]
+        state["_positional"] = space["positional"]
+        state["_fast_lines"] = fast_lines
+        state["_fast_reads"] = tuple(fast_reads)
+
+    # -- forward -----------------------------------------------------------------------------------
     def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
-        values = self._bind(inputs)
-        batch = values[f"input:{self._inputs[0][0]}"].shape[0]
+        return self._entry(self, inputs)
+
+    def _positional_call(self, args: tuple) -> Any:
+        """``positional`` when the signature is not remembered (or under torch.compile)."""
+        names = self._input_names
+        if len(args) != len(names):
+            raise HNDLError(
+                "E_BINDING",
+                f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally",
+                remedies=("Pass one tensor per declared input.",),
+            )
+        inputs = dict(zip(names, args))
+        outputs = self._traced_call(inputs) if _is_compiling() else self._checked_call(inputs)
+        if len(outputs) == 1:
+            return next(iter(outputs.values()))
+        return outputs
+
+    def _signature(self, inputs: Mapping[str, Any]) -> tuple:
+        key: list = []
+        for name in self._input_names:
+            value = inputs[name]
+            key += [value.shape, value.dtype, value.device]
+        key += [self.training, _autocast_key() if _any_autocast() else False]
+        return tuple(key)
+
+    def _checked_call(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """Validate this call's signature: bind, check state, run every port check, remember it."""
+        state = self.__dict__
+        state["_validations"] += 1
+        values, batch = self._bind(inputs)
+        key = self._signature(inputs)
+        difference = self._state_difference()
+        if difference is not None:
+            state["_state_dirty"] = True
+            raise self._state_error(difference, during_forward=False)
+        signatures = self._signatures
+        if self._state_dirty:
+            signatures.clear()
+        state["_state_dirty"] = False
+        outputs, bare = self._run_checked(values, batch)
+        difference = self._state_difference()
+        if difference is not None:
+            state["_state_dirty"] = True
+            signatures.clear()
+            raise self._state_error(difference, during_forward=True)
+        if self._state_dirty:
+            return outputs  # registered during this call but still as built: validate next call again
+        if len(signatures) >= MAX_SIGNATURES:
+            signatures.clear()
+        signatures[key] = True
+        if any(old and not new for old, new in zip(self._bare, bare)):
+            state["_bare"] = tuple(old and new for old, new in zip(self._bare, bare))
+            self._generate()
+        return outputs
+
+    def _run_checked(self, values: dict, batch: int) -> tuple[dict, tuple]:
         device = self._device
+        source = self._inputs[0][1].label if self._inputs else ""
+        bare = []
         for step in self._steps:
             args = [values[ref] for ref in step.reads]
-            for port, tensor in zip(step.ports_in, args):
-                port.check(tensor, batch, device)
+            for port, value in zip(step.ports_in, args):
+                port.check(value, batch, device, source, **step.location)
             try:
-                results = step.outputs(step.module(*args))
-            except BaseException as error:
-                error.add_note(f"HNDL: raised inside node {step.node.id!r} ({step.where})")
+                result = step.module(*args)
+                results = step.outputs(result)
+            except Exception as error:
+                self._annotate(error, step, args, batch)
                 raise
-            for port, tensor in zip(step.ports_out, results):
-                port.check(tensor, batch, device)
-            for key, tensor in zip(step.writes, results):
-                values[key] = tensor
+            bare.append(isinstance(result, torch.Tensor))
+            for port, value in zip(step.ports_out, results):
+                port.check(value, batch, device, source, **step.location)
+            for ref, value in zip(step.writes, results):
+                values[ref] = value
+            for ref in step.release:
+                del values[ref]
+        return {name: values[ref] for name, ref in self._outputs}, tuple(bare)
+
+    def _traced_call(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """The checked program as dynamo traces it: no cache, checks become guards."""
+        values, batch = self._bind(inputs)
+        device = self._device
+        source = self._inputs[0][1].label if self._inputs else ""
+        for step in self._steps:
+            args = [values[ref] for ref in step.reads]
+            for port, value in zip(step.ports_in, args):
+                port.check(value, batch, device, source, **step.location)
+            results = step.outputs(step.module(*args))
+            for port, value in zip(step.ports_out, results):
+                port.check(value, batch, device, source, **step.location)
+            for ref, value in zip(step.writes, results):
+                values[ref] = value
+        difference = self._state_difference()
+        if difference is not None:
+            raise self._state_error(difference, during_forward=True)
         return {name: values[ref] for name, ref in self._outputs}
 
-    def _bind(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        names = [name for name, _ in self._inputs]
+    def _bind(self, inputs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], int]:
+        names = self._input_names
         unknown = [name for name in inputs if name not in names]
         missing = [name for name in names if name not in inputs]
         if unknown or missing:
@@ -164,18 +610,124 @@ class GraphModule(nn.Module):
             )
         first = inputs[names[0]]
         if not isinstance(first, torch.Tensor) or first.dim() == 0:
-            raise HNDLError("E_RUNTIME", f"input {names[0]!r}: expected a tensor with a batch axis, got {type(first).__name__}")
+            raise HNDLError(
+                "E_RUNTIME",
+                f"input {names[0]!r}: expected a tensor with a batch axis, got "
+                + (describe(first) if isinstance(first, torch.Tensor) else type(first).__name__),
+                remedies=(CONTRACT_REMEDY,),
+            )
         batch = first.shape[0]
+        source = self._inputs[0][1].label
         values = {}
         for name, port in self._inputs:
-            port.check(inputs[name], batch, self._device)
+            port.check(inputs[name], batch, self._device, source)
             values[f"input:{name}"] = inputs[name]
-        return values
+        return values, batch
 
+    # -- registered state --------------------------------------------------------------------------
+    def _state_difference(self) -> Optional[tuple[Optional[str], str]]:
+        record = self._record
+        if self._modules.get("nodes") is not record[0][2]:
+            current = self._modules.get("nodes")
+            return None, f"submodule 'nodes' was replaced with {type(current).__name__}"
+        return state_difference(record, self._node_of)
+
+    def _state_error(self, difference: tuple[Optional[str], str], *, during_forward: bool) -> HNDLError:
+        node_id, text = difference
+        verb = "changed during forward" if during_forward else "no longer matches the build"
+        if node_id is not None and node_id in self._plan_nodes:
+            node = self._plan_nodes[node_id]
+            line = node.source.get("line")
+            return HNDLError(
+                "E_RUNTIME", f"registered state of {node.alias} {node_id!r} {verb}: {text}",
+                node=node_id, line=line, column=node.source.get("column") if line else None,
+                remedies=(STATE_REMEDY,),
+            )
+        return HNDLError("E_RUNTIME", f"registered state of the graph {verb}: {text}", remedies=(STATE_REMEDY,))
+
+    def _registered_state_changed(self) -> None:
+        """Called by the registration hooks (state_watch) for a module of this graph."""
+        state = self.__dict__
+        state["_state_dirty"] = True
+        signatures = state.get("_signatures")
+        if signatures is not None:
+            signatures.clear()
+
+    def _state_changed_during_call(self) -> None:
+        """A registration hook fired during a call that used a remembered signature."""
+        self._signatures.clear()
+        difference = self._state_difference()
+        if difference is not None:
+            raise self._state_error(difference, during_forward=True)
+
+    # -- failure notes (built only once something failed) ------------------------------------------
+    def _explain(self, error: BaseException, frame: Mapping[str, Any]) -> None:
+        """Annotate an exception that left a fast path, finding the node from the traceback."""
+        try:
+            trace = error.__traceback__
+            index = self._fast_lines.get(trace.tb_lineno) if trace is not None else None
+            if index is None:
+                return
+            first = frame["a0"]
+            self._annotate(error, self._steps[index], [frame.get(name) for name in self._fast_reads[index]], first.shape[0])
+        except Exception:  # a note must never replace the real error
+            pass
+
+    def _annotate(self, error: BaseException, step: _Step, args: list, batch: int) -> None:
+        try:
+            if any(isinstance(note, str) and note.startswith(NOTE_PREFIX) for note in getattr(error, "__notes__", ())):
+                return  # nested graphs: keep the innermost node's note only
+            device = self._device
+            lines = [f"{NOTE_PREFIX} {step.node.id!r} ({step.where})"]
+            module_name = type(error).__module__ or ""
+            if module_name.startswith(("torch._dynamo", "torch._inductor")):
+                lines.append("  the error comes from torch.compile (dynamo/inductor), not from the node's own code")
+            difference = self._state_difference()
+            if difference is not None:
+                lines.append(f"  registered state no longer matches the build: {difference[1]}")
+            for port, value, ref in zip(step.ports_in, args, step.reads):
+                problem = port.problem(value, batch, device)
+                if problem is None:
+                    lines.append(f"  input {port.name!r}: got {describe(value)}; contract {port.contract_full(batch, device)}")
+                    continue
+                lines.append(f"  {problem}")
+                if ref.startswith("node:"):
+                    producer = ref[len("node:"):].split("/", 1)[0]
+                    node = self._plan_nodes.get(producer)
+                    alias = f"{node.alias} " if node is not None else ""
+                    lines.append(
+                        f"  {alias}{producer!r} returned this; it met the contract when this input signature was "
+                        "validated, so its output now depends on something else (data, or state changed behind "
+                        "HNDL's back) and is caught here, where it breaks"
+                    )
+            error.add_note("\n".join(lines))
+        except Exception:
+            pass
+
+    # -- torch.nn.Module integration ---------------------------------------------------------------
     def _apply(self, fn, recurse: bool = True):
         result = super()._apply(fn, recurse)
         self._device = fn(torch.empty(0, device=self._device)).device
+        self._registered_state_changed()
         return result
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        for name in _RUNTIME:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._setup_runtime()
+
+    def __deepcopy__(self, memo: dict) -> "GraphModule":
+        for shared in (self.plan, self.build_receipt, self._port_dtypes):
+            memo[id(shared)] = shared  # immutable: the clone shares them
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        clone.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return clone
 
     def __repr__(self) -> str:
         return shape_table(self.plan)

@@ -2,19 +2,68 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from operator import index as _index
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import torch
+from torch import nn
 
 from ..frontends.pipeline import resolve, resolve_callable, resolve_file
 from ..registry import Registry
 from .build import construct
+from ..declaration import SPEC_ATTRIBUTE, OperatorSpec
 from ..errors import HNDLError
+from ..plan import is_unary_chain
 from .graph_module import GraphModule
 
 
 class Network(GraphModule):
-    """The §7 facade: inputs positionally or by keyword; one output returns a bare tensor."""
+    """The §7 facade over a built plan.
+
+    Calling: inputs positionally (declaration order), by keyword, or mixed; one public
+    output returns a bare tensor, several return ``{output name: tensor}`` in declaration order.
+
+    Layer access (§7 "Layer access"):
+
+    * ``model["n0"]`` looks a node's registered module up by its node ID (explicit or
+      generated, never a local variable name) in every graph; an unknown ID raises KeyError.
+    * For a consecutive unary chain (``hndl.plan.is_unary_chain``: one external input, one
+      public output, every node reading exactly the previous node's only output),
+      ``model[0]``, ``model[-1]`` (IndexError out of range), ``len(model)``, ``iter(model)``
+      and ``reversed(model)`` walk the registered modules in plan order, and
+      ``model[i:j]`` returns an ordinary ``torch.nn.Sequential`` over those same module
+      objects (shared parameters, buffers, mode and device moves; no plan guarantees, no
+      change to this model's registrations). A slice needs step 1 and tensor-in/tensor-out
+      adapters: a node whose operator declares a variadic port (``chunk(1)`` returns a
+      one-tuple) or more than one port cannot be chained by ``nn.Sequential``.
+    * ``x in model`` is True for a node ID or for one of the registered layer modules.
+
+    Errors: integer indexing, ``len``, iteration and slicing on a branched graph or a graph
+    with named ports raise **TypeError** (the container does not support the sequence
+    protocol, as for any non-sequence Python object), naming why the graph is not a chain.
+    A slice that would chain an incompatible adapter also raises TypeError, a slice with a
+    step other than 1 raises ValueError. None of these is an ``HNDLError``: nothing about the
+    specification is wrong, the caller asked the container for an operation its shape lacks.
+
+    The architecture is fixed once built: ``model[i] = m``, ``del model[i]``,
+    ``model["n0"] = m``, ``insert``/``append``/``extend``/``pop``, assigning or registering a
+    new submodule, parameter or buffer on the model (``model.extra = nn.Linear(2, 2)``),
+    replacing ``model.plan``, and the same edits on the ``model.nodes`` container all raise
+    TypeError — an architecture change needs a new resolve/build. Ordinary attribute state
+    (``.train()``/``.eval()``, device and dtype moves) and parameter updates (optimizer
+    steps, ``load_state_dict``, in-place writes to parameters) work as usual, and every
+    module stays registered once under ``nodes.n_<id>``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plan = self.plan
+        self.__dict__["_chain_reason"] = None if is_unary_chain(plan) else _not_a_chain(plan)
+        self.__dict__["_node_ids"] = tuple(node.id for node in plan.nodes)
+        nodes = self.__dict__["_modules"].get("nodes")
+        if type(nodes) is nn.ModuleDict:
+            nodes.__class__ = _SealedNodes
+        self.__dict__["_hndl_sealed"] = True
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
         names = [name for name, _ in self._inputs]
@@ -29,6 +78,222 @@ class Network(GraphModule):
         if len(outputs) == 1:
             return next(iter(outputs.values()))
         return outputs
+
+    # -- layer access ------------------------------------------------------------------------
+    def _layer(self, node_id: str) -> nn.Module:
+        return self.__dict__["_modules"]["nodes"][f"n_{node_id}"]
+
+    def _require_chain(self, what: str) -> tuple[str, ...]:
+        reason = self.__dict__["_chain_reason"]
+        if reason is not None:
+            hint = f"; look layers up by node ID instead, e.g. model[{self._node_ids[0]!r}]" if self._node_ids else ""
+            raise TypeError(
+                f"{what} needs a consecutive unary chain (one external input, one public output, each "
+                f"node reading the previous node's only output), but {reason}{hint}"
+            )
+        return self._node_ids
+
+    def __getitem__(self, key: Any) -> nn.Module:
+        if isinstance(key, str):
+            if key not in self._node_ids:
+                known = ", ".join(self._node_ids[:20]) + (", ..." if len(self._node_ids) > 20 else "")
+                raise KeyError(f"no node with ID {key!r}; node IDs are: {known or '(none)'}")
+            return self._layer(key)
+        if isinstance(key, slice):
+            return self._slice(key)
+        try:
+            index = _index(key)
+        except TypeError:
+            raise TypeError(
+                f"Network indices must be node IDs (str), integers or slices, not {type(key).__name__}"
+            ) from None
+        ids = self._require_chain("integer indexing")
+        try:
+            return self._layer(ids[index])
+        except IndexError:
+            raise IndexError(f"layer index {index} is out of range for a chain of {len(ids)} layers") from None
+
+    def _slice(self, key: slice) -> nn.Sequential:
+        ids = self._require_chain("slicing")
+        if key.step not in (None, 1):
+            raise ValueError(f"a Network slice must take consecutive layers (step 1), got step {key.step!r}")
+        chosen = ids[key]
+        for node_id, node in zip(chosen, self.plan.nodes[key]):
+            problem = _chaining_problem(self._layer(node_id), node)
+            if problem is not None:
+                raise TypeError(
+                    f"cannot slice through node {node_id!r} ({node.alias}): {problem}; nn.Sequential chains "
+                    f"only tensor-in/tensor-out modules. Index the layers individually instead."
+                )
+        sequential = nn.Sequential(*(self._layer(node_id) for node_id in chosen))
+        sequential.training = self.training  # the container's own flag; the layers keep theirs
+        return sequential
+
+    def __len__(self) -> int:
+        return len(self._require_chain("len()"))
+
+    def __iter__(self) -> Iterator[nn.Module]:
+        ids = self._require_chain("iteration")
+        return iter([self._layer(node_id) for node_id in ids])
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __contains__(self, item: Any) -> bool:
+        if isinstance(item, str):
+            return item in self._node_ids
+        if isinstance(item, nn.Module):
+            return any(self._layer(node_id) is item for node_id in self._node_ids)
+        return False
+
+    # -- the architecture is fixed -----------------------------------------------------------
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _structural(f"model[{key!r}] = ...")
+
+    def __delitem__(self, key: Any) -> None:
+        _structural(f"del model[{key!r}]")
+
+    def insert(self, *args: Any, **kwargs: Any) -> None:
+        _structural("model.insert(...)")
+
+    def append(self, *args: Any, **kwargs: Any) -> None:
+        _structural("model.append(...)")
+
+    def extend(self, *args: Any, **kwargs: Any) -> None:
+        _structural("model.extend(...)")
+
+    def pop(self, *args: Any, **kwargs: Any) -> None:
+        _structural("model.pop(...)")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_hndl_sealed") and (_registers(self, name, value) or name == "plan"):
+            _structural(f"model.{name} = {type(value).__name__}(...)")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if self.__dict__.get("_hndl_sealed") and (_registered(self, name) or name == "plan"):
+            _structural(f"del model.{name}")
+        super().__delattr__(name)
+
+    def add_module(self, name: str, module: Optional[nn.Module]) -> None:
+        if self.__dict__.get("_hndl_sealed"):
+            _structural(f"model.add_module({name!r}, ...)")
+        super().add_module(name, module)
+
+    def register_module(self, name: str, module: Optional[nn.Module]) -> None:
+        self.add_module(name, module)
+
+    def register_parameter(self, name: str, param: Optional[nn.Parameter]) -> None:
+        if self.__dict__.get("_hndl_sealed"):
+            _structural(f"model.register_parameter({name!r}, ...)")
+        super().register_parameter(name, param)
+
+    def register_buffer(self, name: str, tensor: Optional[torch.Tensor], persistent: bool = True) -> None:
+        if self.__dict__.get("_hndl_sealed"):
+            _structural(f"model.register_buffer({name!r}, ...)")
+        super().register_buffer(name, tensor, persistent)
+
+
+class _SealedNodes(nn.ModuleDict):
+    """``model.nodes`` of a Network: lookups as usual, every structural edit rejected.
+
+    The Network's forward binds its modules once; replacing one here would silently split the
+    state dict from what runs, so the container refuses. It still prints as ``ModuleDict``.
+    """
+
+    def _get_name(self) -> str:
+        return "ModuleDict"
+
+    def __setitem__(self, key: str, module: nn.Module) -> None:
+        _structural(f"model.nodes[{key!r}] = ...")
+
+    def __delitem__(self, key: str) -> None:
+        _structural(f"del model.nodes[{key!r}]")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if _registers(self, name, value):
+            _structural(f"model.nodes.{name} = {type(value).__name__}(...)")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if _registered(self, name):
+            _structural(f"del model.nodes.{name}")
+        super().__delattr__(name)
+
+    def update(self, modules: Any) -> None:
+        _structural("model.nodes.update(...)")
+
+    def pop(self, key: str) -> nn.Module:
+        _structural(f"model.nodes.pop({key!r})")
+
+    def clear(self) -> None:
+        _structural("model.nodes.clear()")
+
+    def add_module(self, name: str, module: Optional[nn.Module]) -> None:
+        _structural(f"model.nodes.add_module({name!r}, ...)")
+
+    def register_module(self, name: str, module: Optional[nn.Module]) -> None:
+        _structural(f"model.nodes.register_module({name!r}, ...)")
+
+    def register_parameter(self, name: str, param: Optional[nn.Parameter]) -> None:
+        _structural(f"model.nodes.register_parameter({name!r}, ...)")
+
+    def register_buffer(self, name: str, tensor: Optional[torch.Tensor], persistent: bool = True) -> None:
+        _structural(f"model.nodes.register_buffer({name!r}, ...)")
+
+
+def _registers(module: nn.Module, name: str, value: Any) -> bool:
+    """Whether ``module.name = value`` would add or replace a registered module/parameter."""
+    if isinstance(value, (nn.Module, nn.Parameter)):
+        return True
+    return name in module.__dict__.get("_modules", ()) or name in module.__dict__.get("_parameters", ())
+
+
+def _registered(module: nn.Module, name: str) -> bool:
+    d = module.__dict__
+    return any(name in d.get(store, ()) for store in ("_modules", "_parameters", "_buffers"))
+
+
+def _structural(what: str) -> None:
+    raise TypeError(
+        f"{what}: a built HNDL network's architecture is fixed; structural replacement, insertion "
+        f"and deletion are not supported. Change the specification and resolve/build a new network "
+        f"(parameter updates such as optimizer steps and load_state_dict work as usual)."
+    )
+
+
+def _not_a_chain(plan: Any) -> str:
+    """Why ``plan`` is not a consecutive unary chain, in words."""
+    if len(plan.inputs) != 1:
+        return f"the graph has {len(plan.inputs)} external inputs ({', '.join(p['name'] for p in plan.inputs)})"
+    if len(plan.outputs) != 1:
+        return f"the graph has {len(plan.outputs)} public outputs ({', '.join(p['name'] for p in plan.outputs)})"
+    if not plan.nodes:
+        return "the graph has no nodes"
+    previous = f"input:{plan.inputs[0]['name']}"
+    for node in plan.nodes:
+        if len(node.inputs) != 1:
+            return f"node {node.id!r} ({node.alias}) has {len(node.inputs)} inputs"
+        if len(node.outputs) != 1:
+            return f"node {node.id!r} ({node.alias}) has {len(node.outputs)} outputs"
+        (ref,) = node.inputs.values()
+        if ref != previous:
+            return f"node {node.id!r} ({node.alias}) reads {ref}, not the previous {previous}"
+        previous = f"node:{node.id}/{node.outputs[0]}"
+    return f"the public output reads {plan.output_ref}, not the last node's {previous}"
+
+
+def _chaining_problem(module: nn.Module, node: Any) -> Optional[str]:
+    """Why ``module`` cannot sit in an nn.Sequential, or None when it takes and returns one tensor."""
+    spec = type(module).__dict__.get(SPEC_ATTRIBUTE)
+    if not isinstance(spec, OperatorSpec) or spec.qualified != node.op:
+        return f"its module {type(module).__qualname__} does not carry the declaration of {node.op}"
+    shape = spec.shape
+    if shape.variadic_input or shape.variadic_output:
+        return f"{node.op} declares variadic ports ({shape}) and passes a sequence, not one tensor"
+    if len(shape.inputs) != 1 or len(shape.outputs) != 1:
+        return f"{node.op} declares {len(shape.inputs)} input and {len(shape.outputs)} output ports ({shape})"
+    return None
 
 
 def network(

@@ -5,6 +5,7 @@ from hndl.packs import hookimpl
 from .add import Add
 from .chunk import Chunk
 from .concat import Concat
+from .dropout import Dropout
 from .flatten import Flatten
 from .leaky_relu import LeakyReLU
 from .linear import Linear
@@ -13,7 +14,7 @@ from .reshape import Reshape
 from .split import Split
 from .tanh import Tanh
 
-OPERATORS = (Linear, ReLU, LeakyReLU, Tanh, Reshape, Flatten, Split, Chunk, Concat, Add)
+OPERATORS = (Linear, ReLU, LeakyReLU, Tanh, Reshape, Flatten, Split, Chunk, Concat, Add, Dropout)
 
 
 @hookimpl

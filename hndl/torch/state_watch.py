@@ -1,0 +1,95 @@
+"""Tell built graphs when registered state changes on one of their modules.
+
+torch runs a global hook whenever any module registers a parameter, a buffer or a submodule:
+``register_parameter``, ``register_buffer``, ``add_module`` / ``register_module`` and attribute
+assignment all go through them (``load_state_dict(assign=True)`` too, because it assigns).
+This module installs one hook of each kind, once per process, when ``hndl.torch`` is imported.
+Each hook is a ``WeakValueDictionary`` lookup by ``id(module)`` that finds nothing for modules
+no built graph watches, so modules constructed elsewhere cost one lookup per registration and
+never touch a graph. The hooks return None, so they never alter a registration.
+
+A graph watches its root, its ``nodes`` container and every module under it (recursively) with
+``watch(graph, modules)`` and keeps the returned handles; a handle lives as long as some graph
+holds it, and a graph is held only weakly, so watching never keeps a module or a graph alive.
+
+PyTorch runs no hook for ``del module.name``, for ``module.param = None`` (which calls
+``register_parameter(name, None)``, the one registration path without a hook) or for writes
+straight into ``_parameters`` / ``_buffers`` / ``_modules``; GraphModule documents how it
+reports those.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Iterable
+
+from torch import nn
+from torch.nn.modules import module as _torch_module
+
+__all__ = ["watch", "watched_graphs", "install"]
+
+
+class _Watch:
+    """One watched module and the graphs (weakly held) that want to hear about it."""
+
+    __slots__ = ("module", "graphs", "__weakref__")
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = weakref.ref(module)
+        self.graphs: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+#: id(module) -> its watch; an entry disappears when no graph holds its handle any more.
+_WATCHED: "weakref.WeakValueDictionary[int, _Watch]" = weakref.WeakValueDictionary()
+_HANDLES: tuple = ()
+
+
+def watch(graph: Any, modules: Iterable[nn.Module]) -> tuple[_Watch, ...]:
+    """Watch ``modules`` on behalf of ``graph``; the graph must keep the returned handles.
+
+    ``graph._registered_state_changed()`` is called whenever one of the modules registers a
+    parameter, buffer or submodule.
+    """
+    handles = []
+    seen = set()
+    for module in modules:
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        entry = _WATCHED.get(id(module))
+        if entry is None or entry.module() is not module:  # absent, or an id reused after death
+            entry = _WATCHED[id(module)] = _Watch(module)
+        entry.graphs.add(graph)
+        handles.append(entry)
+    return tuple(handles)
+
+
+def watched_graphs(module: nn.Module) -> tuple:
+    """The live graphs watching ``module`` (for tests and diagnostics)."""
+    entry = _WATCHED.get(id(module))
+    if entry is None or entry.module() is not module:
+        return ()
+    return tuple(entry.graphs)
+
+
+def _registration(module: nn.Module, name: str, value: Any) -> None:
+    entry = _WATCHED.get(id(module))
+    if entry is not None and entry.module() is module:
+        for graph in tuple(entry.graphs):
+            graph._registered_state_changed()
+    return None
+
+
+def install() -> None:
+    """Install the three global registration hooks (idempotent; done at import)."""
+    global _HANDLES
+    if _HANDLES:
+        return
+    _HANDLES = (
+        _torch_module.register_module_parameter_registration_hook(_registration),
+        _torch_module.register_module_buffer_registration_hook(_registration),
+        _torch_module.register_module_module_registration_hook(_registration),
+    )
+
+
+install()

@@ -1,0 +1,91 @@
+"""torch.compile traces a built module with no graph break and matches eager execution.
+
+Under ``torch.compiler.is_compiling()`` forward traces the full checked program (every port
+check and the registered-state check, which dynamo turns into guards) and never consults the
+per-signature cache, so a module compiled after eager calls traces the same program.
+"""
+
+import pytest
+import torch
+
+import hndl
+from hndl.torch import build, network
+
+torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+
+MLP = """
+linear(64)
+relu()
+linear()
+"""
+MLP_CONTRACT = {"input_shape": ("B", 128), "output_shape": ("B", 10)}
+BRANCHED = """
+a, b = chunk(2)
+h = relu(a)
+j = linear(h, 4, name="proj")
+k = add(j, b)
+both = concat(k, b, axis=0)
+first, second = chunk(both, 2, dim=0)
+add(first, linear(second, 4))
+"""
+BRANCHED_CONTRACT = {"input_shape": ("B", 8), "output_shape": ("B", 4)}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("called_eagerly_first", [False, True])
+def test_the_spec_mlp_compiles_with_fullgraph_and_matches_eager(called_eagerly_first):
+    model = network(MLP, device="cpu", **MLP_CONTRACT)
+    x = torch.randn(3, 128)
+    if called_eagerly_first:
+        model(x)
+        model(x)
+    expected = model(x)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), expected)
+    torch.testing.assert_close(compiled(x), expected)
+
+
+def test_a_branched_graph_compiles_with_fullgraph_and_matches_eager():
+    model = network(BRANCHED, device="cpu", **BRANCHED_CONTRACT)
+    x = torch.randn(5, 8, requires_grad=True)
+    expected = model(x)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    out = compiled(x)
+    torch.testing.assert_close(out, expected)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    (expected_grad,) = torch.autograd.grad(model(x).sum(), x)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+@pytest.mark.parametrize("source, contract", [(MLP, MLP_CONTRACT), (BRANCHED, BRANCHED_CONTRACT)], ids=["mlp", "branched"])
+def test_dynamo_explain_finds_one_graph_and_no_break(source, contract):
+    module = build(hndl.resolve(source, **contract), device="cpu")
+    x = torch.randn(2, contract["input_shape"][1])
+    module(x=x)
+    explanation = torch._dynamo.explain(module)(x=x)
+    assert explanation.graph_count == 1
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_compiled_dictionary_outputs_match_eager():
+    module = build(hndl.resolve(BRANCHED, **BRANCHED_CONTRACT), device="cpu")
+    x = torch.randn(4, 8)
+    compiled = torch.compile(module, backend="eager", fullgraph=True)
+    result = compiled(x=x)
+    assert list(result) == ["output"]
+    torch.testing.assert_close(result["output"], module(x=x)["output"])
+
+
+def test_a_contract_violation_still_fails_under_compile():
+    model = network(MLP, device="cpu", **MLP_CONTRACT)
+    compiled = torch.compile(model, backend="eager")
+    with pytest.raises(hndl.HNDLError) as error:
+        compiled(torch.randn(3, 127))
+    assert error.value.code == "E_RUNTIME"
+    assert error.value.message.startswith("input 'x': expected shape [B=3, 128], got [3, 127]")
