@@ -229,3 +229,37 @@ def test_an_explicit_seed_touches_no_rng_it_does_not_restore():
     pending = _pending_cuda_seeds()
     network(MLP, device="cpu", initialization_seed=11, **CONTRACT)
     assert _pending_cuda_seeds() == pending  # no CUDA seed queued behind the caller's back
+
+
+def test_printing_and_describing_allocate_nothing_and_draw_no_randomness():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Refuse(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            raise AssertionError(f"inspection ran {func}")
+
+    model = network(MLP, device="cpu", **CONTRACT)
+    before = torch.get_rng_state()
+    with Refuse():
+        text = repr(model) + str(model) + model.plan.describe() + repr(model.plan)
+    assert "n2    linear" in text
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_forward_draws_no_randomness_outside_dropout():
+    generator = """
+linear()
+relu()
+reshape(64, 4, 4)
+deconv(32, policy="up2")
+leaky_relu(0.2)
+conv(3, kernel_size=3, padding=1)
+tanh()
+"""
+    model = network(generator, input_shape=("B", 16), output_shape=("B", 3, 8, 8), device="cpu")
+    z = torch.randn(4, 16)
+    for mode in (model.train, model.eval):
+        mode()
+        before = torch.get_rng_state()
+        model(z).sum()
+        assert torch.equal(torch.get_rng_state(), before)
