@@ -3,8 +3,8 @@
 Modules register once under ``nodes.n_<id>``; ``forward(**inputs)`` returns a dictionary keyed
 by the public output names. The §7 facade ``Network`` (hndl.torch.network) builds on it.
 
-Runtime validation is done once per input signature (see docs in SPEC.md §11 and the
-runtime-validation design):
+Runtime validation is done once per input signature (SPEC.md §11, the runtime-validation
+design):
 
 * The signature of a call is every external input's ``(shape, dtype, device)``, the module's
   ``training`` flag and the autocast state. The first call for a signature runs the *checked
@@ -15,13 +15,16 @@ runtime-validation design):
   generated straight-line function that calls each bound module directly (``r0 = m0(a0)``,
   registers reused once a value is dead, so intermediates are freed as early as in
   ``nn.Sequential``) and check one flag that the registration hooks set.
-* ``_apply`` (``.to()``, ``.cuda()``, ``.double()``, ...) and any parameter / buffer /
+* ``_apply`` (``.to()``, ``.cuda()``, ``.double()``, ...) on this module clears the
+  signatures, so the next call runs the checked program and the registered-state check
+  (moves replace tensors but never add or remove a registration). Any parameter / buffer /
   submodule registration on a module of the graph (torch's global registration hooks,
-  installed by ``state_watch``) clear the signatures and force a registered-state check on the
-  next call; a registration during a call that used a remembered signature is checked at the
-  end of that call. ``deepcopy`` gives the clone a fresh cache and watches the clone's
-  modules. ``load_state_dict`` needs nothing (it copies in place; ``assign=True`` assigns, so
-  the hooks fire).
+  installed by ``state_watch``) clears the signatures too and marks the state as changed; a
+  registration during a call that used a remembered signature is checked at the end of that
+  call. ``deepcopy`` gives the clone a fresh cache and watches the clone's modules.
+  ``load_state_dict`` needs nothing (it copies in place; ``assign=True`` assigns, so the
+  hooks fire). ``.to()`` on a single node module bypasses this module's ``_apply``: a dtype
+  or device it changes is caught where a later node raises, not before.
 * Known gap: PyTorch runs no hook for ``del module.x``, ``module.param = None`` or writes
   straight into ``_parameters`` / ``_buffers`` / ``_modules``. After a signature has been
   validated these are reported at the next full check (a new signature, ``.to()``, any hooked
@@ -29,7 +32,12 @@ runtime-validation design):
   only silent case is ``param = None`` on a module that tolerates it (``linear.bias = None``
   runs bias-free until the next revalidation).
 * Under ``torch.compiler.is_compiling()`` forward traces the checked program without the
-  cache, so dynamo turns the checks into guards.
+  cache. It is generated as straight-line code with every contract written as literals, so
+  dynamo evaluates the port checks once while tracing and guards only what a handwritten
+  module needs; the registered-state walk is traced only while a registration hook has marked
+  the state as changed (one guard on that flag). A check that fails while tracing raises its
+  HNDLError from a ``torch.compiler.disable``-d call, i.e. outside the graph; under
+  ``fullgraph=True`` dynamo reports that call instead, with a reason naming HNDL.
 
 Errors: HNDL's own checks raise ``HNDLError`` (``E_BINDING`` for the input names, ``E_RUNTIME``
 for contracts and registered state). An exception raised inside a node propagates unchanged
@@ -49,7 +57,7 @@ from torch import nn
 
 from ..contracts import batch_multiple
 from ..errors import HNDLError
-from ..plan import ResolvedPlan, format_shape, shape_table
+from ..plan import ResolvedPlan, shape_table
 from . import state_watch
 
 TORCH_DTYPES = {
@@ -74,6 +82,20 @@ CONTRACT_REMEDY = "Call the module with tensors matching the plan's contracts."
 
 _is_compiling = torch.compiler.is_compiling
 _any_autocast = torch._C._is_any_autocast_enabled
+
+
+def _call_outside_graph(graph: Any, method: str, *args: Any) -> Any:
+    """Run ``graph.<method>(*args)`` eagerly, never traced: the failure paths of the traced program."""
+    return getattr(graph, method)(*args)
+
+
+_outside_graph = torch.compiler.disable(
+    _call_outside_graph,
+    reason=(
+        "HNDL: a contract or registered-state check failed while tracing; its HNDLError is raised "
+        "outside the graph (compile without fullgraph=True, or call the model eagerly, to read it)"
+    ),
+)
 
 
 def _autocast_key() -> tuple:
@@ -231,10 +253,11 @@ def _record_state(container: nn.Module, node_of: Mapping[str, str]) -> tuple:
     """
     entries = []
     seen: set[int] = set()
-
-    def visit(module: nn.Module, path: str, node: Optional[str]) -> None:
+    pending = [(container, "nodes", None)]  # depth-first, children in registration order
+    while pending:
+        module, path, node = pending.pop()
         if id(module) in seen:
-            return
+            continue
         seen.add(id(module))
         children = tuple(module._modules.items())
         entries.append((
@@ -243,11 +266,9 @@ def _record_state(container: nn.Module, node_of: Mapping[str, str]) -> tuple:
             tuple((name, value is not None) for name, value in module._buffers.items()),
             children,
         ))
-        for name, child in children:
+        for name, child in reversed(children):
             if child is not None:
-                visit(child, f"{path}.{name}", node if node is not None else node_of.get(name))
-
-    visit(container, "nodes", None)
+                pending.append((child, f"{path}.{name}", node if node is not None else node_of.get(name)))
     return tuple(entries)
 
 
@@ -324,7 +345,7 @@ def state_difference(record: tuple, node_of: Mapping[str, str]) -> Optional[tupl
 #: Derived attributes rebuilt from the plan and the bound modules (deepcopy, unpickling).
 _RUNTIME = (
     "_inputs", "_steps", "_outputs", "_input_names", "_entry", "_signatures", "_state_dirty",
-    "_validations", "_bare", "_positional", "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
+    "_validations", "_bare", "_positional", "_traced", "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
 )
 
 
@@ -492,10 +513,15 @@ class GraphModule(nn.Module):
         space: dict[str, Any] = dict(bound)
         exec(compile("\n".join(lines) + "\n", "<hndl graph>", "exec"), space)
         state = self.__dict__
-        state["_entry"] = space["entry"]
-        state["_positional"] = space["positional"]
+        # Take the functions out of their globals (no function <-> globals cycle, so deleting
+        # the module frees it by reference counting); the defaults already hold what they bind.
+        state["_entry"] = space.pop("entry")
+        state["_positional"] = space.pop("positional")
+        for name in bound:
+            del space[name]
         state["_fast_lines"] = fast_lines
         state["_fast_reads"] = tuple(fast_reads)
+        self._generate_traced()
 
     # -- forward -----------------------------------------------------------------------------------
     def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -578,23 +604,113 @@ class GraphModule(nn.Module):
         return {name: values[ref] for name, ref in self._outputs}, tuple(bare)
 
     def _traced_call(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        """The checked program as dynamo traces it: no cache, checks become guards."""
-        values, batch = self._bind(inputs)
+        """The checked program as dynamo traces it (see ``_generate_traced``); no cache."""
+        return self._traced(self, inputs)
+
+    def _generate_traced(self) -> None:
+        """Compile the checked program for torch.compile into one straight-line function.
+
+        Every port check is written out with its extents, dtype and device as literals, so under
+        dynamo the checks are evaluated once while tracing and cost no guard beyond the input
+        tensors' own; a failing check calls back into the module for the usual HNDLError. The
+        registered-state check is traced only while a registration hook has marked the state as
+        changed: dynamo guards on that one flag, the traced check clears it, and the next call
+        retraces without it. ``_apply`` regenerates this function (the device is a literal), so
+        a compiled module retraces after a move.
+        """
+        names = self._input_names
         device = self._device
-        source = self._inputs[0][1].label if self._inputs else ""
-        for step in self._steps:
-            args = [values[ref] for ref in step.reads]
-            for port, value in zip(step.ports_in, args):
-                port.check(value, batch, device, source, **step.location)
-            results = step.outputs(step.module(*args))
-            for port, value in zip(step.ports_out, results):
-                port.check(value, batch, device, source, **step.location)
-            for ref, value in zip(step.writes, results):
-                values[ref] = value
+        device_text = "torch.device(" + ", ".join(
+            [repr(device.type)] + ([str(device.index)] if device.index is not None else [])) + ")"
+        bound: dict[str, Any] = {}
+        lines = [
+            "def traced(graph, inputs, *, DEFAULTS):",
+            f"    if len(inputs) != {len(names)} or " + " or ".join(f"{name!r} not in inputs" for name in names) + ":",
+            "        fail(graph, '_bind', inputs)",
+        ]
+        arguments = [f"a{index}" for index in range(len(names))]
+        for name, argument in zip(names, arguments):
+            lines.append(f"    {argument} = inputs[{name!r}]")
+        lines += [
+            "    if not isinstance(a0, torch.Tensor) or a0.dim() == 0:",
+            "        fail(graph, '_bind', inputs)",
+            "    b = a0.shape[0]",
+        ]
+
+        checked: dict[str, tuple] = {}  # value -> the contract a check already established
+
+        def check(value: str, port: _Port, where: str) -> None:
+            if checked.get(value) == (port.entries, port.dtype) or (
+                port.dtype is None and checked.get(value, (None,))[0] == port.entries
+            ):
+                return  # the producer's output check already established this contract
+            checked[value] = (port.entries, port.dtype)
+            extents = ", ".join(
+                ("b" if extent == 1 else f"{extent} * b") if kind else str(extent) for kind, extent, _ in port.entries
+            )
+            condition = f"not isinstance({value}, torch.Tensor) or {value}.shape != ({extents}{',' if len(port.entries) == 1 else ''})"
+            if port.dtype is not None:
+                condition += f" or {value}.dtype is not torch.{str(port.dtype).split('.')[-1]}"
+            condition += f" or {value}.device != {device_text}"
+            lines.append(f"    if {condition}: fail(graph, '_traced_failure', {where}, {value}, b)")
+
+        for index, (name, argument) in enumerate(zip(names, arguments)):
+            check(argument, self._inputs[index][1], f"None, {index}")
+        local = {f"input:{name}": argument for name, argument in zip(names, arguments)}
+        for index, step in enumerate(self._steps):
+            args = ", ".join(local[ref] for ref in step.reads)
+            for position, (port, ref) in enumerate(zip(step.ports_in, step.reads)):
+                check(local[ref], port, f"{index}, {position}")
+            bound[f"m{index}"] = step.module
+            targets = [f"v{index}_{position}" for position in range(len(step.writes))]
+            if len(targets) == 1:
+                target = targets[0]
+                lines.append(f"    {target} = m{index}({args})")
+                lines.append(
+                    f"    if not isinstance({target}, torch.Tensor): {target}, = graph._steps[{index}].outputs({target})"
+                )
+            else:
+                result = f"t{index}"
+                lines.append(f"    {result} = m{index}({args})")
+                lines.append(
+                    f"    {', '.join(targets)}, = {result} if isinstance({result}, (tuple, list)) and "
+                    f"len({result}) == {len(targets)} else graph._steps[{index}].outputs({result})"
+                )
+            for position, (port, ref, target) in enumerate(zip(step.ports_out, step.writes, targets)):
+                local[ref] = target
+                check(target, port, f"{index}, {-1 - position}")
+        lines += [
+            "    if graph._state_dirty and graph._traced_state_check():",
+            "        fail(graph, '_traced_state_failure')",
+            "    return {" + ", ".join(f"{name!r}: {local[ref]}" for name, ref in self._outputs) + "}",
+        ]
+        source = "\n".join(lines).replace("DEFAULTS", ", ".join(f"{name}={name}" for name in bound) or "_=None")
+        space: dict[str, Any] = {"torch": torch, "fail": _outside_graph, **bound}
+        exec(compile(source + "\n", "<hndl traced graph>", "exec"), space)
+        self.__dict__["_traced"] = space.pop("traced")
+        for name in bound:
+            del space[name]
+
+    def _traced_failure(self, step: Optional[int], position: int, value: Any, batch: int) -> None:
+        """Raise the checked program's error for a port that failed in the traced program."""
+        source = self._inputs[0][1].label
+        if step is None:
+            raise self._inputs[position][1].error(value, batch, self._device, source)
+        target = self._steps[step]
+        port = target.ports_in[position] if position >= 0 else target.ports_out[-1 - position]
+        raise port.error(value, batch, self._device, source, **target.location)
+
+    def _traced_state_check(self) -> bool:
+        """Traced while the state is marked changed: True on a difference, else clear the mark."""
+        if self._state_difference() is not None:
+            return True
+        self._state_dirty = False
+        return False
+
+    def _traced_state_failure(self) -> None:
         difference = self._state_difference()
         if difference is not None:
-            raise self._state_error(difference, during_forward=True)
-        return {name: values[ref] for name, ref in self._outputs}
+            raise self._state_error(difference, during_forward=False)
 
     def _bind(self, inputs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], int]:
         names = self._input_names
@@ -672,6 +788,9 @@ class GraphModule(nn.Module):
             self._annotate(error, self._steps[index], [frame.get(name) for name in self._fast_reads[index]], first.shape[0])
         except Exception:  # a note must never replace the real error
             pass
+        finally:
+            if isinstance(frame, dict):
+                frame.pop("error", None)  # the frame's locals snapshot must not keep the error alive
 
     def _annotate(self, error: BaseException, step: _Step, args: list, batch: int) -> None:
         try:
@@ -708,7 +827,10 @@ class GraphModule(nn.Module):
     def _apply(self, fn, recurse: bool = True):
         result = super()._apply(fn, recurse)
         self._device = fn(torch.empty(0, device=self._device)).device
-        self._registered_state_changed()
+        # Moves and casts replace tensors but never add or remove a registration: the state
+        # check of the next (now unremembered) signature covers them.
+        self._signatures.clear()
+        self._generate_traced()
         return result
 
     def __getstate__(self) -> dict:

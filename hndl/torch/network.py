@@ -8,12 +8,12 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import torch
 from torch import nn
 
-from ..frontends.pipeline import resolve, resolve_callable, resolve_file
-from ..registry import Registry
-from .build import construct
 from ..declaration import SPEC_ATTRIBUTE, OperatorSpec
 from ..errors import HNDLError
+from ..frontends.pipeline import resolve, resolve_callable, resolve_file
 from ..plan import is_unary_chain
+from ..registry import Registry
+from .build import construct
 from .graph_module import GraphModule
 
 
@@ -66,6 +66,8 @@ class Network(GraphModule):
         self.__dict__["_hndl_sealed"] = True
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
+        if not kwargs:
+            return self._positional(self, args)  # positional calls take GraphModule's fast entry
         names = [name for name, _ in self._inputs]
         if len(args) > len(names):
             raise HNDLError("E_BINDING", f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally")

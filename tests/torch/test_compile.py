@@ -89,3 +89,46 @@ def test_a_contract_violation_still_fails_under_compile():
         compiled(torch.randn(3, 127))
     assert error.value.code == "E_RUNTIME"
     assert error.value.message.startswith("input 'x': expected shape [B=3, 128], got [3, 127]")
+
+
+def test_registered_state_changed_after_compiling_is_reported():
+    model = network(MLP, device="cpu", **MLP_CONTRACT)
+    x = torch.randn(3, 128)
+    compiled = torch.compile(model, backend="eager")
+    compiled(x)
+    model.nodes.n_n2.register_buffer("ghost", torch.zeros(1))
+    with pytest.raises(hndl.HNDLError) as error:
+        compiled(x)
+    assert error.value.message == (
+        "registered state of linear 'n2' no longer matches the build: buffer 'nodes.n_n2.ghost' was added"
+    )
+
+
+def test_under_fullgraph_a_failed_check_names_hndl_in_the_dynamo_error():
+    model = network(MLP, device="cpu", **MLP_CONTRACT)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    compiled(torch.randn(3, 128))
+    with pytest.raises(Exception) as error:
+        compiled(torch.randn(3, 127))
+    assert "HNDL: a contract or registered-state check failed while tracing" in str(error.value)
+
+
+def test_a_state_check_marked_by_a_hook_is_traced_once_then_dropped():
+    model = network(MLP, device="cpu", **MLP_CONTRACT)
+    x = torch.randn(3, 128)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    expected = model(x)
+    head = model.nodes.n_n2
+    head.weight = torch.nn.Parameter(head.weight.detach().clone())  # legitimate: same name and shape
+    assert model._state_dirty
+    torch.testing.assert_close(compiled(x), expected)
+    assert not model._state_dirty
+    torch.testing.assert_close(compiled(x), expected)
+
+
+def test_the_positional_fast_path_compiles_too():
+    model = network(MLP, device="cpu", **MLP_CONTRACT)
+    x = torch.randn(3, 128)
+    expected = model(x)
+    compiled = torch.compile(lambda t: model._positional(model, (t,)), backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), expected)

@@ -606,3 +606,89 @@ def test_the_positional_fast_path_serves_a_facade():
     with pytest.raises(HNDLError) as error:
         model._positional(model, (torch.randn(3, 5),))
     assert error.value.message.startswith("input 'x': expected shape [B=3, 4], got [3, 5]")
+
+
+def test_an_error_from_torch_compile_machinery_says_so(registry):
+    model = custom("linear(4)\nflaky(name='odd')", registry, input_shape=("B", 8))
+
+    class BackendFailure(RuntimeError):
+        __module__ = "torch._dynamo.exc"
+
+    def fail(x):
+        raise BackendFailure("backend compiler failed")
+
+    model(x=torch.randn(2, 8))
+    model.nodes.n_odd.forward = fail
+    with pytest.raises(BackendFailure) as error:
+        model(x=torch.randn(2, 8))
+    (note,) = error.value.__notes__
+    assert note.splitlines()[1] == "  the error comes from torch.compile (dynamo/inductor), not from the node's own code"
+
+
+def test_a_deleted_model_is_freed_by_reference_counting():
+    """No reference cycle (generated code, state record, watches, failure notes) keeps the
+    modules alive until the cyclic collector runs: deleting the model frees them at once."""
+    import gc
+    import weakref
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        model = mlp()
+        model(x=torch.randn(3, 4))
+        model(x=torch.randn(3, 4))
+        model.nodes.n_head.weight.data = torch.randn(3, 5)
+        try:
+            model(x=torch.randn(3, 4))
+        except RuntimeError:
+            pass
+        layer = weakref.ref(model.nodes.n_n0)
+        del model
+        assert layer() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_the_registration_hooks_are_installed_once_and_ignore_other_modules():
+    assert len(state_watch._HANDLES) == 3
+    state_watch.install()
+    assert len(state_watch._HANDLES) == 3
+    assert state_watch.watched_graphs(nn.Linear(2, 2)) == ()
+
+
+def test_pickling_rebuilds_the_runtime_and_keeps_the_build_record():
+    import pickle
+
+    model = mlp()
+    x = torch.randn(3, 4)
+    expected = model(x=x)["output"]
+    del model.nodes.n_head.bias  # recorded at build: the copy must still see it as removed
+    restored = pickle.loads(pickle.dumps(model))
+    assert restored._signatures == {} and restored in state_watch.watched_graphs(restored.nodes.n_head)
+    with pytest.raises(HNDLError) as error:
+        restored(x=x)
+    assert error.value.message.endswith("parameter 'nodes.n_head.bias' was removed")
+    fresh = pickle.loads(pickle.dumps(mlp()))
+    fresh.load_state_dict(mlp().state_dict())
+    assert fresh(x=x)["output"].shape == expected.shape
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available on this machine")
+def test_signatures_follow_the_device_and_moves_on_cuda():
+    model = build(hndl.resolve(MLP, **MLP_CONTRACT), device="cuda")
+    x = torch.randn(3, 4, device="cuda")
+    expected = model(x=x)["output"]
+    torch.testing.assert_close(model(x=x)["output"], expected)
+    assert model._validations == 1
+    with pytest.raises(HNDLError) as error:
+        model(x=x.cpu())
+    assert error.value.message.startswith("input 'x': expected device cuda:0, got cpu")
+    model.to("cpu")
+    torch.testing.assert_close(model(x=x.cpu())["output"], expected.cpu())
+    with pytest.raises(HNDLError) as error:
+        model(x=x)
+    assert error.value.message.splitlines()[1] == "  expected [B=3, 4]:float32 on cpu"
+    model.to("cuda")
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x=x)["output"], expected)
