@@ -14,7 +14,10 @@ design):
 * Later calls with a remembered signature build the signature tuple, look it up, run a
   generated straight-line function that calls each bound module directly (``r0 = m0(a0)``,
   registers reused once a value is dead, so intermediates are freed as early as in
-  ``nn.Sequential``) and check one flag that the registration hooks set.
+  ``nn.Sequential``) and check one flag that the registration hooks set. ``__call__`` goes
+  straight to ``forward`` when ``nn.Module.__call__`` would do nothing else (no hooks, no JIT
+  tracing), and a positional call under ``torch.compile`` traces a positional copy of the
+  checked program, so neither path pays for a layer a handwritten module does not have.
 * ``_apply`` (``.to()``, ``.cuda()``, ``.double()``, ...) on this module clears the
   signatures, so the next call runs the checked program and the registered-state check
   (moves replace tensors but never add or remove a registration). Any parameter / buffer /
@@ -54,6 +57,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _hooks
 
 from ..contracts import batch_multiple
 from ..errors import HNDLError
@@ -81,6 +85,11 @@ STATE_REMEDY = (
 CONTRACT_REMEDY = "Call the module with tensors matching the plan's contracts."
 
 _is_compiling = torch.compiler.is_compiling
+_tracing_state = torch._C._get_tracing_state
+_module_call = nn.Module.__call__
+#: The fast paths' check: a plain ``return False`` that dynamo folds to True while tracing (a
+#: third of ``is_compiling``'s cost); the slow paths still ask ``is_compiling`` (export too).
+_is_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
@@ -345,7 +354,7 @@ def state_difference(record: tuple, node_of: Mapping[str, str]) -> Optional[tupl
 #: Derived attributes rebuilt from the plan and the bound modules (deepcopy, unpickling).
 _RUNTIME = (
     "_inputs", "_steps", "_outputs", "_input_names", "_entry", "_signatures", "_state_dirty",
-    "_validations", "_bare", "_positional", "_traced", "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
+    "_validations", "_bare", "_positional", "_traced", "_traced_positional", "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
 )
 
 
@@ -411,12 +420,13 @@ class GraphModule(nn.Module):
         ``positional(graph, args)`` serves a facade called with every input positionally and
         returns the single output's tensor (the dict when there are several). Both first defer
         to the traced program under torch.compile and to the checked program for a signature
-        that is not remembered. Modules are bound as defaults, so the body reads locals only.
+        that is not remembered. Modules are bound as closure variables of a factory, so the body
+        reads no globals and no keyword defaults.
         """
         names = self._input_names
         bound: dict[str, Any] = {
             "signatures": self._signatures, "any_autocast": _any_autocast, "autocast_key": _autocast_key,
-            "is_compiling": _is_compiling,
+            "is_compiling": _is_dynamo_compiling,
         }
         arguments = [f"a{index}" for index in range(len(names))]
         key = [f"{a}.{field}" for a in arguments for field in ("shape", "dtype", "device")]
@@ -462,28 +472,32 @@ class GraphModule(nn.Module):
         result = "{" + ", ".join(f"k{index}: {local[ref]}" for index, (_, ref) in enumerate(self._outputs)) + "}"
         single = local[self._outputs[0][1]] if len(self._outputs) == 1 else result
 
-        defaults = ", ".join(f"{name}={name}" for name in bound)
-        lines: list[str] = []
+        # The functions are made by a factory that takes what they bind as closure variables
+        # (read with LOAD_DEREF: no per-call keyword-default lookups).
+        lines: list[str] = ["def make(" + ", ".join(bound) + "):"]
         fast_lines: dict[int, int] = {}
 
+        def emit(*statements: str) -> None:
+            lines.extend("    " + statement for statement in statements)
+
         def emit_body(returned: str) -> None:
-            lines.append("    try:")
+            emit("    try:")
             for index, statement in enumerate(body):
-                lines.append(f"        {statement}")
+                emit(f"        {statement}")
                 fast_lines[len(lines)] = index
             if not body:
-                lines.append("        pass")
-            lines.extend([
+                emit("        pass")
+            emit(
                 "    except Exception as error:",
                 "        graph._explain(error, locals())",
                 "        raise",
                 "    if graph._state_dirty:",
                 "        graph._state_changed_during_call()",
                 f"    return {returned}",
-            ])
+            )
 
-        lines.extend([
-            f"def entry(graph, inputs, *, {defaults}):",
+        emit(
+            "def entry(graph, inputs):",
             "    if is_compiling():",
             "        return graph._traced_call(inputs)",
             f"    if len(inputs) != {len(names)}:",
@@ -495,12 +509,14 @@ class GraphModule(nn.Module):
             "        return graph._checked_call(inputs)",
             "    if not known:",
             "        return graph._checked_call(inputs)",
-        ])
+        )
         emit_body(result)
-        lines.extend([
-            f"def positional(graph, args, *, {defaults}):",
-            f"    if len(args) != {len(names)} or is_compiling():",
-            "        return graph._positional_call(args)",
+        emit(
+            "def positional(graph, args):",
+            "    if is_compiling():",
+            f"        if len(args) != {len(names)}:",
+            "            return graph._positional_call(args)",
+            "        return graph._traced_positional(graph, args)",
             "    try:",
             f"        {', '.join(arguments)}, = args",
             f"        {signature}",
@@ -508,22 +524,37 @@ class GraphModule(nn.Module):
             "        return graph._positional_call(args)",
             "    if not known:",
             "        return graph._positional_call(args)",
-        ])
+        )
         emit_body(single)
-        space: dict[str, Any] = dict(bound)
+        emit("return entry, positional")
+        space: dict[str, Any] = {}
         exec(compile("\n".join(lines) + "\n", "<hndl graph>", "exec"), space)
         state = self.__dict__
-        # Take the functions out of their globals (no function <-> globals cycle, so deleting
-        # the module frees it by reference counting); the defaults already hold what they bind.
-        state["_entry"] = space.pop("entry")
-        state["_positional"] = space.pop("positional")
-        for name in bound:
-            del space[name]
+        # Take the factory out of the functions' globals (no function <-> globals cycle, so
+        # deleting the module frees it by reference counting); the closures hold what they bind.
+        state["_entry"], state["_positional"] = space.pop("make")(**bound)
         state["_fast_lines"] = fast_lines
         state["_fast_reads"] = tuple(fast_reads)
         self._generate_traced()
 
     # -- forward -----------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``nn.Module.__call__`` minus its two extra frames when it would only call ``forward``.
+
+        The conditions are exactly those under which ``Module._call_impl`` calls ``forward``
+        directly (no module or global hooks, no JIT tracing), plus: ``module.compile()`` has not
+        been used and nobody (``torch.fx``, profilers) has replaced ``nn.Module.__call__``.
+        Otherwise the call goes through ``nn.Module.__call__`` as usual. Under
+        ``torch.compile(model)`` dynamo traces this frame, so the hook checks become guards
+        inside the compiled code, as for a ``torch.nn`` container.
+        """
+        if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
+                or _hooks._global_forward_pre_hooks or _hooks._global_forward_hooks
+                or _hooks._global_backward_pre_hooks or _hooks._global_backward_hooks
+                or self._compiled_call_impl is not None or nn.Module.__call__ is not _module_call or _tracing_state()):
+            return nn.Module.__call__(self, *args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         return self._entry(self, inputs)
 
@@ -623,14 +654,17 @@ class GraphModule(nn.Module):
         device_text = "torch.device(" + ", ".join(
             [repr(device.type)] + ([str(device.index)] if device.index is not None else [])) + ")"
         bound: dict[str, Any] = {}
-        lines = [
+        arguments = [f"a{index}" for index in range(len(names))]
+        header = [
             "def traced(graph, inputs, *, DEFAULTS):",
             f"    if len(inputs) != {len(names)} or " + " or ".join(f"{name!r} not in inputs" for name in names) + ":",
             "        fail(graph, '_bind', inputs)",
         ]
-        arguments = [f"a{index}" for index in range(len(names))]
         for name, argument in zip(names, arguments):
-            lines.append(f"    {argument} = inputs[{name!r}]")
+            header.append(f"    {argument} = inputs[{name!r}]")
+        # ``positional`` calls this one with exactly one argument per input (it checked the count).
+        positional_header = ["def traced_positional(graph, args, *, DEFAULTS):", f"    {', '.join(arguments)}, = args"]
+        lines: list[str] = []
         lines += [
             "    if not isinstance(a0, torch.Tensor) or a0.dim() == 0:",
             "        fail(graph, '_bind', inputs)",
@@ -682,12 +716,16 @@ class GraphModule(nn.Module):
         lines += [
             "    if graph._state_dirty and graph._traced_state_check():",
             "        fail(graph, '_traced_state_failure')",
-            "    return {" + ", ".join(f"{name!r}: {local[ref]}" for name, ref in self._outputs) + "}",
         ]
+        result = "{" + ", ".join(f"{name!r}: {local[ref]}" for name, ref in self._outputs) + "}"
+        single = local[self._outputs[0][1]] if len(self._outputs) == 1 else result
+        positional_body = [line.replace("fail(graph, '_bind', inputs)", "fail(graph, '_bind_args', args)") for line in lines]
+        lines = [*header, *lines, f"    return {result}", *positional_header, *positional_body, f"    return {single}"]
         source = "\n".join(lines).replace("DEFAULTS", ", ".join(f"{name}={name}" for name in bound) or "_=None")
         space: dict[str, Any] = {"torch": torch, "fail": _outside_graph, **bound}
         exec(compile(source + "\n", "<hndl traced graph>", "exec"), space)
         self.__dict__["_traced"] = space.pop("traced")
+        self.__dict__["_traced_positional"] = space.pop("traced_positional")
         for name in bound:
             del space[name]
 
@@ -711,6 +749,10 @@ class GraphModule(nn.Module):
         difference = self._state_difference()
         if difference is not None:
             raise self._state_error(difference, during_forward=False)
+
+    def _bind_args(self, args: tuple) -> None:
+        """``_bind`` for the traced positional program (one argument per input, in order)."""
+        self._bind(dict(zip(self._input_names, args)))
 
     def _bind(self, inputs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], int]:
         names = self._input_names
