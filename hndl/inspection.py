@@ -10,23 +10,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
-from .plan import ResolvedPlan, shape_table
+from .plan import ResolvedPlan, shape_table, thaw
 
 NODE_FIELDS = ("op", "inputs", "outputs", "input_shapes", "output_shapes", "initialization", "trainability")
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return [_plain(item) for item in value]
-    return value
-
-
 def _text(value: Any) -> str:
-    return json.dumps(_plain(value), sort_keys=True, ensure_ascii=False)
+    return json.dumps(thaw(value), sort_keys=True, ensure_ascii=False)
 
 
 def describe(plan: ResolvedPlan) -> str:
@@ -88,7 +80,7 @@ def diff(plan: ResolvedPlan, other: ResolvedPlan) -> PlanDiff:
         ("inputs", plan.inputs, other.inputs),
         ("outputs", plan.outputs, other.outputs),
     ):
-        if _plain(value) != _plain(other_value):
+        if thaw(value) != thaw(other_value):
             changes.append(PlanChange(None, field, value, other_value))
     mine = {node.id: node for node in plan.nodes}
     theirs = {node.id: node for node in other.nodes}
@@ -99,11 +91,11 @@ def diff(plan: ResolvedPlan, other: ResolvedPlan) -> PlanDiff:
             continue
         for name in dict.fromkeys([*left.args, *right.args]):
             before, after = left.args.get(name, _ABSENT), right.args.get(name, _ABSENT)
-            if _plain(before) != _plain(after) or left.provenance.get(name) != right.provenance.get(name):
+            if thaw(before) != thaw(after) or left.provenance.get(name) != right.provenance.get(name):
                 changes.append(PlanChange(node_id, f"args.{name}", before, after,
                                           left.provenance.get(name), right.provenance.get(name)))
         for field in NODE_FIELDS:
-            if _plain(getattr(left, field)) != _plain(getattr(right, field)):
+            if thaw(getattr(left, field)) != thaw(getattr(right, field)):
                 changes.append(PlanChange(node_id, field, getattr(left, field), getattr(right, field)))
         if left.source.get("policy") != right.source.get("policy"):
             changes.append(PlanChange(node_id, "policy", left.source.get("policy"), right.source.get("policy")))

@@ -24,7 +24,9 @@ from .errors import HNDLError
 from .graph import NODE_ID, Ref
 from .limits import validate_limits
 from .plan import (
+    SCALARS,
     freeze,
+    thaw,
     DEFAULT_INITIALIZATION,
     DEFAULT_TRAINABILITY,
     RESOLUTION_VERSION,
@@ -71,19 +73,6 @@ def _digest(value: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
 
 
-def _plain(value: Any) -> Any:
-    """Mapping proxies to dicts and tuples to lists, recursively."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return value
-    if kind is tuple or kind is list:
-        return [_plain(item) for item in value]
-    if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    return value
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _is_single_port(plan: ResolvedPlan) -> bool:
@@ -124,8 +113,8 @@ def plan_record(plan: ResolvedPlan) -> dict:
     return record
 
 
-_PLAIN_DEFAULTS = {id(DEFAULT_INITIALIZATION): _plain(DEFAULT_INITIALIZATION),
-                   id(DEFAULT_TRAINABILITY): _plain(DEFAULT_TRAINABILITY)}
+_PLAIN_DEFAULTS = {id(DEFAULT_INITIALIZATION): thaw(DEFAULT_INITIALIZATION),
+                   id(DEFAULT_TRAINABILITY): thaw(DEFAULT_TRAINABILITY)}
 
 
 def _node_record(node: PlanNode) -> dict:
@@ -139,8 +128,8 @@ def _node_record(node: PlanNode) -> dict:
         "outputs": node.outputs,
         "input_shapes": dict(node.input_shapes),
         "output_shapes": dict(node.output_shapes),
-        "initialization": _PLAIN_DEFAULTS.get(id(node.initialization)) or _plain(node.initialization),
-        "trainability": _PLAIN_DEFAULTS.get(id(node.trainability)) or _plain(node.trainability),
+        "initialization": _PLAIN_DEFAULTS.get(id(node.initialization)) or thaw(node.initialization),
+        "trainability": _PLAIN_DEFAULTS.get(id(node.trainability)) or thaw(node.trainability),
         "source": {key: (dict(value) if key == "derivations" else value) for key, value in source.items()},
         "provenance": dict(node.provenance),
     }
@@ -524,12 +513,12 @@ def _arguments(spec, node: dict) -> dict:
             result[name] = arg.normalize(tuple(value) if isinstance(value, list) else value, name=name, node=node["id"])
         except HNDLError as error:
             raise HNDLError("E_INTEGRITY", f"saved argument is invalid: {error.message}", node=node["id"], field=name) from None
-        if type(value) not in _SCALARS or type(result[name]) is not type(value) or result[name] != value:
+        if type(value) not in SCALARS or type(result[name]) is not type(value) or result[name] != value:
             if canonical(result[name]) != canonical(value):
                 # resolution saves normalized values; anything else would re-encode to other bytes and digests
                 raise HNDLError(
                     "E_INTEGRITY",
-                    f"saved argument {name}={value!r} is not in its normalized form {_plain(result[name])!r}",
+                    f"saved argument {name}={value!r} is not in its normalized form {result[name]!r}",
                     node=node["id"], field=name,
                     remedies=("Restore the plan from an unmodified copy.",),
                 )

@@ -17,10 +17,10 @@ RESOLUTION_VERSION = 1
 def freeze(value: Any) -> Any:
     """A deeply read-only copy: dicts become mapping proxies, lists become tuples."""
     kind = type(value)
-    if kind in _SCALARS or id(value) in _CONSTANTS:
+    if kind in SCALARS or id(value) in _CONSTANTS:
         return value
     if kind is tuple or kind is list:
-        if kind is tuple and all(type(item) in _SCALARS for item in value):
+        if kind is tuple and all(type(item) in SCALARS for item in value):
             return value
         return tuple(freeze(item) for item in value)
     if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
@@ -28,7 +28,7 @@ def freeze(value: Any) -> Any:
     return value
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+SCALARS = frozenset({str, int, float, bool, type(None)})
 _CONSTANTS: set[int] = set()
 
 
@@ -66,15 +66,21 @@ class _Frozen:
         return self  # immutable: a copy would be indistinguishable
 
     def __reduce__(self):
-        return (_thaw, (type(self), {name: _thawed(getattr(self, name)) for name in self.__slots__}))
+        return (_thaw, (type(self), {name: thaw(getattr(self, name)) for name in self.__slots__}))
 
 
-def _thawed(value: Any) -> Any:
-    """Mapping proxies as dicts, so immutable records pickle as plain data."""
-    if isinstance(value, MappingProxyType):
-        return {key: _thawed(item) for key, item in value.items()}
-    if type(value) is tuple:
-        return tuple(_thawed(item) for item in value)
+def thaw(value: Any) -> Any:
+    """The plain-data form of frozen plan values: mapping proxies become dicts, tuples stay.
+
+    Used to compare, pickle, encode and print plan records; other objects pass unchanged.
+    """
+    kind = type(value)
+    if kind in SCALARS:
+        return value
+    if kind is tuple or kind is list:
+        return tuple(thaw(item) for item in value)
+    if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
+        return {key: thaw(item) for key, item in value.items()}
     return value
 
 
@@ -106,7 +112,7 @@ class PlanNode(_Frozen):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PlanNode) and all(
-            _plain(getattr(self, name)) == _plain(getattr(other, name)) for name in self.__slots__
+            thaw(getattr(self, name)) == thaw(getattr(other, name)) for name in self.__slots__
         )
 
     def __hash__(self) -> int:
@@ -207,7 +213,7 @@ class ResolvedPlan(_Frozen):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ResolvedPlan) and all(
-            _plain(getattr(self, name)) == _plain(getattr(other, name)) for name in self.__slots__
+            thaw(getattr(self, name)) == thaw(getattr(other, name)) for name in self.__slots__
         )
 
     def __hash__(self) -> int:
@@ -217,14 +223,6 @@ class ResolvedPlan(_Frozen):
         return shape_table(self)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_plain(item) for item in value)
-    if isinstance(value, PlanNode):
-        return {name: _plain(getattr(value, name)) for name in PlanNode.__slots__}
-    return value
 
 
 # -- shape tables ---------------------------------------------------------------------------

@@ -51,7 +51,7 @@ class Symbol:
         raise HNDLError(
             "E_CAPTURE",
             f"torch.{name} cannot run on a symbolic tensor during capture",
-            remedies=("Use hndl ops (ops.relu, registry.ops...) inside a capture; they record graph nodes.",),
+            remedies=("Use ops.<alias> or registry.ops.<alias> inside a capture; they record graph nodes.",),
         )
 
 

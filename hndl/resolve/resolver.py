@@ -13,7 +13,7 @@ from typing import Mapping
 from ..collector import collector_paused
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
-from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan
+from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan, format_shape
 from .facts import Facts, TensorFacts
 from .normalize import normalize_node
 from .patterns import NodeState, apply_patterns
@@ -90,7 +90,7 @@ def _seed_contracts(graph: Graph, tensors: dict[str, TensorFacts], facts: Facts)
 
 def _seed(tensor: TensorFacts, shape: tuple, what: str, facts: Facts, field: str) -> None:
     try:
-        tensor.set_rank(len(shape), f"{what} is {_text(shape)}")
+        tensor.set_rank(len(shape), f"{what} is {format_shape(shape)}")
         facts.equate(tensor.dims[0], facts.batch, f"{what} axis 0 is the batch")
         for axis, extent in enumerate(shape[1:], start=1):
             facts.set_value(tensor.dims[axis], extent, f"{what} axis {axis} is {extent}")
@@ -213,7 +213,7 @@ def _describe_open(tensor: TensorFacts) -> str:
     shape = tensor.shape()
     if shape is None:
         return "of unknown rank (several ranks remain possible)"
-    return _text([_unknown(tensor.facts, var) if entry is None else entry for var, entry in zip(tensor.dims, shape)])
+    return format_shape([_unknown(tensor.facts, var) if entry is None else entry for var, entry in zip(tensor.dims, shape)])
 
 
 def _unknown(facts, var: int) -> str:
@@ -294,5 +294,3 @@ def _bounded(steps: tuple[str, ...]) -> tuple[str, ...]:
     return (*steps[:half], f"... {omitted} more equations of the same chain ...", *steps[-half + 1:])
 
 
-def _text(shape) -> str:
-    return "[" + ", ".join(str(entry) for entry in shape) + "]"

@@ -207,7 +207,7 @@ class NodeView:
             f"{first} holds {spelled(a)} elements per example, which cannot supply the "
             f"{spelled(b)} elements {second} requires",
             chain=tuple(dict.fromkeys(chain)),
-            remedies=("Change the literal width or the reshape factors so both sides hold the same element count.",),
+            remedies=("Change the literal widths or factors so both ports hold the same element count.",),
         )
 
     def error(self, code: str, message: str) -> None:

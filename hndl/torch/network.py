@@ -68,7 +68,7 @@ class Network(GraphModule):
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
         if not kwargs:
             return self._positional(self, args)  # positional calls take GraphModule's fast entry
-        names = [name for name, _ in self._inputs]
+        names = self._input_names
         if len(args) > len(names):
             raise HNDLError("E_BINDING", f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally")
         inputs = dict(zip(names, args))

@@ -23,13 +23,12 @@ def matching_axes(s, source: str, others: Iterable[str], rank: int, *, skip: int
                 s.scale(port, axis, source, axis)
 
 
-def batch_multiple(entry: str) -> int:
-    """k of a batch entry ``B`` or ``k*B``."""
-    head, star, _ = entry.partition("*")
-    return int(head) if star else 1
+def batch_symbol(entry: str) -> str:
+    """The plan's batch symbol, read off an entry ``B`` or ``k*B``."""
+    return entry.partition("*")[2] or entry
 
 
 def batch_entry(multiple: int, like: str) -> str:
     """Spell ``multiple`` batches with the batch symbol used in ``like``."""
-    symbol = like.partition("*")[2] or like
+    symbol = batch_symbol(like)
     return symbol if multiple == 1 else f"{multiple}*{symbol}"

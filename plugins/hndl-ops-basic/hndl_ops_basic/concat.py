@@ -6,8 +6,9 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.contracts import batch_multiple
 
-from .axes import batch_entry, batch_multiple, matching_axes, rank_of
+from .axes import batch_entry, batch_symbol, matching_axes, rank_of
 
 
 def _relation(s) -> None:
@@ -28,7 +29,7 @@ def _relation(s) -> None:
 def _sum(s, parts, total, axis, *, batch) -> None:
     """out[axis] = sum of the inputs' extents; one unknown term is solved from the others."""
     like = next((entry for entry in (*parts, total) if entry is not None), None)
-    value = (lambda entry: batch_multiple(entry)) if batch else (lambda entry: entry)
+    value = (lambda entry: batch_multiple(entry, batch_symbol(like))) if batch else (lambda entry: entry)
     spell = (lambda n: batch_entry(n, like)) if batch else (lambda n: n)
     unknown = [i for i, part in enumerate(parts) if part is None]
     known = sum(value(part) for part in parts if part is not None)
