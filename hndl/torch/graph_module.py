@@ -514,8 +514,6 @@ class GraphModule(nn.Module):
         emit(
             "def positional(graph, args):",
             "    if is_compiling():",
-            f"        if len(args) != {len(names)}:",
-            "            return graph._positional_call(args)",
             "        return graph._traced_positional(graph, args)",
             "    try:",
             f"        {', '.join(arguments)}, = args",
@@ -545,30 +543,30 @@ class GraphModule(nn.Module):
         directly (no module or global hooks, no JIT tracing), plus: ``module.compile()`` has not
         been used and nobody (``torch.fx``, profilers) has replaced ``nn.Module.__call__``.
         Otherwise the call goes through ``nn.Module.__call__`` as usual. Under
-        ``torch.compile(model)`` dynamo traces this frame, so the hook checks become guards
-        inside the compiled code, as for a ``torch.nn`` container.
+        ``torch.compile(model)`` dynamo traces this frame and only the hook checks become guards
+        (the other conditions concern eager calls alone), as for a ``torch.nn`` container.
         """
-        if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
-                or _hooks._global_forward_pre_hooks or _hooks._global_forward_hooks
-                or _hooks._global_backward_pre_hooks or _hooks._global_backward_hooks
-                or self._compiled_call_impl is not None or nn.Module.__call__ is not _module_call or _tracing_state()):
-            return nn.Module.__call__(self, *args, **kwargs)
+        hooked = (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
+                  or _hooks._global_forward_pre_hooks or _hooks._global_forward_hooks
+                  or _hooks._global_backward_pre_hooks or _hooks._global_backward_hooks)
+        if _is_dynamo_compiling():
+            return _module_call(self, *args, **kwargs) if hooked else self._compiled_call(args, kwargs)
+        if hooked or self._compiled_call_impl is not None or nn.Module.__call__ is not _module_call or _tracing_state():
+            return _module_call(self, *args, **kwargs)
         return self.forward(*args, **kwargs)
 
     def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         return self._entry(self, inputs)
 
+    def _compiled_call(self, args: tuple, kwargs: dict) -> Any:
+        """What an unhooked call runs while dynamo traces it: the traced program, directly."""
+        if args:
+            return self.forward(*args, **kwargs)  # forward's own TypeError
+        return self._traced_call(kwargs)
+
     def _positional_call(self, args: tuple) -> Any:
-        """``positional`` when the signature is not remembered (or under torch.compile)."""
-        names = self._input_names
-        if len(args) != len(names):
-            raise HNDLError(
-                "E_BINDING",
-                f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally",
-                remedies=("Pass one tensor per declared input.",),
-            )
-        inputs = dict(zip(names, args))
-        outputs = self._traced_call(inputs) if _is_compiling() else self._checked_call(inputs)
+        """``positional`` when the signature is not remembered."""
+        outputs = self._checked_call(self._inputs_from(args))
         if len(outputs) == 1:
             return next(iter(outputs.values()))
         return outputs
@@ -663,7 +661,12 @@ class GraphModule(nn.Module):
         for name, argument in zip(names, arguments):
             header.append(f"    {argument} = inputs[{name!r}]")
         # ``positional`` calls this one with exactly one argument per input (it checked the count).
-        positional_header = ["def traced_positional(graph, args, *, DEFAULTS):", f"    {', '.join(arguments)}, = args"]
+        positional_header = [
+            "def traced_positional(graph, args, *, DEFAULTS):",
+            f"    if len(args) != {len(names)}:",
+            "        fail(graph, '_bind_args', args)",
+            f"    {', '.join(arguments)}, = args",
+        ]
         lines: list[str] = []
         lines += [
             "    if not isinstance(a0, torch.Tensor) or a0.dim() == 0:",
@@ -750,9 +753,20 @@ class GraphModule(nn.Module):
         if difference is not None:
             raise self._state_error(difference, during_forward=False)
 
-    def _bind_args(self, args: tuple) -> None:
-        """``_bind`` for the traced positional program (one argument per input, in order)."""
-        self._bind(dict(zip(self._input_names, args)))
+    def _inputs_from(self, args: tuple) -> dict[str, Any]:
+        """Inputs given positionally, in declaration order, keyed by name (E_BINDING on a wrong count)."""
+        names = self._input_names
+        if len(args) != len(names):
+            raise HNDLError(
+                "E_BINDING",
+                f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally",
+                remedies=("Pass one tensor per declared input.",),
+            )
+        return dict(zip(names, args))
+
+    def _bind_args(self, args: tuple) -> tuple[dict[str, torch.Tensor], int]:
+        """``_bind`` for the traced positional program."""
+        return self._bind(self._inputs_from(args))
 
     def _bind(self, inputs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], int]:
         names = self._input_names

@@ -65,6 +65,10 @@ class Network(GraphModule):
             nodes.__class__ = _SealedNodes
         self.__dict__["_hndl_sealed"] = True
 
+    def _compiled_call(self, args: tuple, kwargs: dict) -> Any:
+        """Under dynamo, positional calls go straight to the traced program (it checks the count)."""
+        return self.forward(*args, **kwargs) if kwargs else self._traced_positional(self, args)
+
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
         if not kwargs:
             return self._positional(self, args)  # positional calls take GraphModule's fast entry
