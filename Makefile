@@ -8,7 +8,7 @@ PACKS := plugins/hndl-ops-basic plugins/hndl-ops-vision plugins/hndl-ops-transfo
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install test demo clean
+.PHONY: install test demo docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,13 @@ install: $(STAMP)
 
 test: install
 	$(PY) -m pytest -q
+	$(PY) -m hndl.docs --check
 
 demo: install
 	$(PY) examples/mlp.py
+
+docs: install
+	$(PY) -m hndl.docs
 
 clean:
 	rm -rf $(VENV)

@@ -661,6 +661,24 @@ class OperatorSpec:
                 produced[port] = dtype
         return expected, produced
 
+    @property
+    def opaque(self) -> bool:
+        """True for an asserted contract: nothing relates the outputs' extents to the inputs'.
+
+        That is an operator with no relation whose output patterns share no symbol and no
+        ``...`` run with its input patterns (the batch axis aside). Its declared output pattern
+        is taken on trust, so the resolver infers nothing backward through it and the runtime
+        checks its outputs on every call rather than once per input signature.
+        """
+        if self.relation is not None:
+            return False
+
+        def linked(ports) -> set:
+            return {dim.symbol or "..." for port in ports for dim in port.dims or ()
+                    if dim.kind in ("symbol", "ellipsis")}
+
+        return not linked(self.shape.inputs) & linked(self.shape.outputs)
+
     def policy(self, name: str) -> Policy:
         """The policy this operator declares under ``name``; E_POLICY_CONFLICT otherwise."""
         try:

@@ -27,6 +27,7 @@ INITIALIZERS = [
 SUBMODULES = {
     "construction", "contracts", "declaration", "errors", "frontends", "graph", "limits", "packs",
     "collector", "inspection", "persist", "plan", "registry", "resolve", "shape_dsl", "torch",
+    "testing", "docs",  # the documented additions of the catalog issue: the harness and the page generator
 }
 TORCH_API = [
     "build", "parameter_counts", "network", "network_file", "network_from_callable", "restore", "dry_run", "preflight",
@@ -193,3 +194,11 @@ def test_function_names_survive_importing_their_same_named_submodules():
     from hndl.torch.restore import check_state, load_state  # helpers stay reachable in their module
 
     assert callable(check_state) and callable(load_state)
+
+
+def test_the_harness_api_is_the_documented_one():
+    import hndl.testing
+
+    assert hndl.testing.__all__ == [
+        "check_operator", "check_declaration", "check_example", "example_cases", "ExampleCase", "devices",
+    ]

@@ -465,7 +465,7 @@ def test_aliases_membership_length_and_iteration():
     assert len(registry) == len(basic) + 1
     assert "silu" in registry and "linear" in registry
     assert "example.silu@1" not in registry  # membership is by alias, not identity
-    assert "gelu" not in registry
+    assert "swish" not in registry
     specs = list(registry)
     assert all(isinstance(spec, OperatorSpec) for spec in specs)
     assert [spec.alias for spec in specs] == list(registry.aliases())

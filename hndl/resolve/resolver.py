@@ -196,6 +196,11 @@ def _require_complete(states: list[NodeState]) -> None:
         f"{other.node.id} ({other.spec.alias}) {other_port} is {text}"
         for other, other_port, text in descriptions[:8] if (other, other_port) != (state, port)
     )
+    others += tuple(dict.fromkeys(
+        f"{other.node.id} ({other.spec.alias}) is opaque: its output contract is asserted, so backward "
+        f"inference through it is unavailable"
+        for other, other_port, _ in open_ports if other.spec.opaque and other_port in other.inputs
+    ))
     raise HNDLError(
         "E_AMBIGUOUS",
         f"{state.spec.alias} port {port!r} is not determined: {shown}",

@@ -60,6 +60,7 @@ from torch import nn
 from torch.nn.modules import module as _hooks
 
 from ..contracts import batch_multiple
+from ..declaration import spec_of
 from ..errors import HNDLError
 from ..plan import ResolvedPlan, shape_table
 from . import state_watch
@@ -207,7 +208,7 @@ def _entry(value: Any, batch: str) -> tuple[bool, int, str]:
 class _Step:
     """One node of the compiled program."""
 
-    __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where", "location", "release")
+    __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where", "location", "release", "opaque")
 
     def __init__(self, module: nn.Module, node, batch: str, dtypes: tuple[Mapping[str, str], Mapping[str, str]]) -> None:
         self.module = module
@@ -228,6 +229,13 @@ class _Step:
         self.where = f"{node.alias}" + (f", line {line}, column {column}" if line else "")
         self.location = {"node": node.id, "line": line, "column": column if line else None}
         self.release: tuple = ()
+        spec = spec_of(type(module))
+        self.opaque = spec is not None and spec.opaque
+
+    def check_outputs(self, batch: int, device: torch.device, source: str, *values: Any) -> None:
+        """An opaque node's asserted output contract, checked on every call (E_RUNTIME)."""
+        for port, value in zip(self.ports_out, values):
+            port.check(value, batch, device, source, **self.location)
 
     def outputs(self, result: Any) -> tuple:
         """Map the module's return value onto the declared output ports, in order."""
@@ -440,7 +448,7 @@ class GraphModule(nn.Module):
         read = {ref for step in self._steps for ref in step.reads}
         free: list[str] = []
         registers = 0
-        body: list[str] = []
+        body: list[tuple[Optional[int], str]] = []
         fast_reads = []
         for index, step in enumerate(self._steps):
             args = [local[ref] for ref in step.reads]
@@ -449,9 +457,9 @@ class GraphModule(nn.Module):
                 if local[ref].startswith("r"):
                     free.append(local[ref])
             targets = []
-            for ref in step.writes:
+            for position, ref in enumerate(step.writes):
                 if ref not in read and ref not in kept:
-                    targets.append("_")
+                    targets.append(f"o{index}_{position}" if step.opaque else "_")
                     continue
                 if free:
                     register = free.pop()
@@ -463,10 +471,15 @@ class GraphModule(nn.Module):
             bound[f"m{index}"] = step.module
             call = f"m{index}({', '.join(args)})"
             if len(step.writes) == 1 and self._bare[index]:
-                body.append(f"{targets[0]} = {call}")
+                body.append((index, f"{targets[0]} = {call}"))
             else:
                 bound[f"s{index}"] = step.outputs
-                body.append(f"{', '.join(targets)}, = s{index}({call})")
+                body.append((index, f"{', '.join(targets)}, = s{index}({call})"))
+            if step.opaque:  # its own HNDLError names the node: no note
+                bound[f"c{index}"] = step.check_outputs
+                bound["device"] = self._device
+                bound["source"] = self._inputs[0][1].label
+                body.append((None, f"c{index}({arguments[0]}.shape[0], device, source, {', '.join(targets)})"))
         for index, (name, _) in enumerate(self._outputs):
             bound[f"k{index}"] = name
         result = "{" + ", ".join(f"k{index}: {local[ref]}" for index, (_, ref) in enumerate(self._outputs)) + "}"
@@ -482,9 +495,10 @@ class GraphModule(nn.Module):
 
         def emit_body(returned: str) -> None:
             emit("    try:")
-            for index, statement in enumerate(body):
+            for index, statement in body:
                 emit(f"        {statement}")
-                fast_lines[len(lines)] = index
+                if index is not None:
+                    fast_lines[len(lines)] = index
             if not body:
                 emit("        pass")
             emit(

@@ -1,0 +1,67 @@
+"""``python -m hndl.docs [--check] [--output DIR] [--packs a,b]``: write or verify the catalog."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .catalog import catalog_pages, default_packs
+
+DEFAULT_OUTPUT = Path("docs") / "operators"
+
+
+def stale_pages(pages: dict[str, str], output: Path) -> list[str]:
+    """Paths under ``output`` that differ from ``pages``: changed, missing, or no longer generated."""
+    problems = []
+    for path, text in pages.items():
+        target = output / path
+        if not target.is_file():
+            problems.append(f"missing {target}")
+        elif target.read_text(encoding="utf-8") != text:
+            problems.append(f"stale {target}")
+    if output.is_dir():
+        for target in sorted(output.rglob("*.md")):
+            if target.relative_to(output).as_posix() not in pages:
+                problems.append(f"no longer generated {target}")
+    return problems
+
+
+def write_pages(pages: dict[str, str], output: Path) -> None:
+    """Write every page and remove pages that are no longer generated."""
+    if output.is_dir():
+        for target in output.rglob("*.md"):
+            if target.relative_to(output).as_posix() not in pages:
+                target.unlink()
+    for path, text in pages.items():
+        target = output / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hndl.docs", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail when a page is stale instead of writing")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="catalog directory (docs/operators)")
+    parser.add_argument("--packs", help="comma-separated packs (default: the installed first-party packs)")
+    options = parser.parse_args(argv)
+    packs = tuple(filter(None, options.packs.split(","))) if options.packs else default_packs()
+    pages = catalog_pages(packs)
+    if options.check:
+        problems = stale_pages(pages, options.output)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            print("the catalog is out of date: run `python -m hndl.docs`", file=sys.stderr)
+            return 1
+        print(f"{len(pages)} catalog pages are current")
+        return 0
+    write_pages(pages, options.output)
+    print(f"wrote {len(pages)} catalog pages to {options.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

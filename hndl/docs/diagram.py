@@ -1,0 +1,32 @@
+"""A plan drawn as a Mermaid flowchart: nodes with their operation, edges with resolved shapes."""
+
+from __future__ import annotations
+
+from ..plan import ResolvedPlan, format_shape
+
+
+def _node_key(ref: str) -> str:
+    """``input:x`` -> ``in_x``, ``node:n0/out`` -> ``n0`` (Mermaid identifiers)."""
+    kind, _, rest = ref.partition(":")
+    return f"in_{rest}" if kind == "input" else rest.partition("/")[0]
+
+
+def mermaid(plan: ResolvedPlan) -> str:
+    """Mermaid ``flowchart LR`` text: one box per input, node and output; each edge carries its shape."""
+    lines = ["flowchart LR"]
+    for item in plan.inputs:
+        lines.append(f'    in_{item["name"]}(["{item["name"]} {format_shape(item["shape"])} {item["dtype"]}"])')
+    shapes = {f"input:{item['name']}": item["shape"] for item in plan.inputs}
+    for node in plan.nodes:
+        lines.append(f'    {node.id}["{node.id}: {node.alias}"]')
+        for port, shape in node.output_shapes.items():
+            shapes[f"node:{node.id}/{port}"] = shape
+    for node in plan.nodes:
+        many = len(node.inputs) > 1
+        for port, ref in node.inputs.items():
+            label = (f"{port} " if many else "") + format_shape(shapes[ref])
+            lines.append(f'    {_node_key(ref)} -- "{label}" --> {node.id}')
+    for item in plan.outputs:
+        lines.append(f'    out_{item["name"]}(["{item["name"]} {format_shape(item["shape"])}"])')
+        lines.append(f'    {_node_key(item["ref"])} --> out_{item["name"]}')
+    return "\n".join(lines)

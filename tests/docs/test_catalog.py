@@ -1,0 +1,82 @@
+"""python -m hndl.docs: one page per operator from its declaration, and a --check that catches drift."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hndl import Registry
+from hndl.docs.__main__ import main
+from hndl.docs.catalog import catalog_pages, default_packs
+from hndl.docs.diagram import mermaid
+import hndl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pages():
+    return catalog_pages(("basic", "vision"))
+
+
+def test_one_page_per_operator_plus_an_index(pages):
+    registry = Registry.from_packs("basic", "vision")
+    expected = {f"basic/{spec.alias}.md" for spec in Registry.from_packs("basic")}
+    expected |= {f"vision/{spec.alias}.md" for spec in Registry.from_packs("vision")}
+    assert set(pages) == expected | {"index.md"}
+    assert len(pages) == len(registry) + 1
+
+
+def test_a_page_publishes_the_whole_declaration(pages):
+    page = pages["vision/conv.md"]
+    assert page.startswith("# `conv`\n\n2-D convolution")
+    assert "- Identity: `conv2d@1`" in page and "- Category: convolution" in page
+    assert "Shape relation: `x[B, C_in, H, W] -> out[B, C_out, H_out, W_out]`" in page
+    assert "| `out_channels` | int | inferred (from `C_out`) | >= 1 | positional or keyword |" in page
+    assert "| `padding` | \"pair\" | `(0, 0)` | >= 0 | keyword only |" in page
+    assert "| `down2` | `spatial.down2_conv@1` |" in page
+    assert "0      n0    conv       [B, 3, 16, 16]  [B, 8, 16, 16]" in page  # the resolved example
+    assert "```mermaid\nflowchart LR" in page
+
+
+def test_the_index_groups_by_pack_and_category(pages):
+    index = pages["index.md"]
+    assert index.index("## Pack `basic`") < index.index("## Pack `vision`")
+    assert "| [`linear`](basic/linear.md) | `linear@1` |" in index
+    assert "### convolution" in index
+
+
+def test_the_diagram_labels_edges_with_resolved_shapes():
+    plan = hndl.resolve("a, b = split(2)\nout = add(a, b)", input_shape=("B", 4), output_shape=("B", 2))
+    text = mermaid(plan)
+    assert 'in_x -- "[B, 4]" --> n0' in text
+    assert 'n0 -- "x [B, 2]" --> n1' in text and 'n0 -- "y [B, 2]" --> n1' in text
+    assert "n1 --> out_output" in text
+
+
+def test_check_passes_on_fresh_pages_and_fails_on_each_kind_of_drift(tmp_path, capsys):
+    output = tmp_path / "operators"
+    assert main(["--output", str(output), "--packs", "basic"]) == 0
+    assert main(["--check", "--output", str(output), "--packs", "basic"]) == 0
+    page = output / "basic" / "relu.md"
+    page.write_text(page.read_text() + "edited\n")
+    (output / "basic" / "gone.md").write_text("# an operator that no longer exists\n")
+    (output / "basic" / "tanh.md").unlink()
+    assert main(["--check", "--output", str(output), "--packs", "basic"]) == 1
+    errors = capsys.readouterr().err
+    assert f"stale {page}" in errors
+    assert "missing" in errors and "tanh.md" in errors
+    assert "no longer generated" in errors and "gone.md" in errors
+    assert main(["--output", str(output), "--packs", "basic"]) == 0  # regenerating repairs all three
+    assert main(["--check", "--output", str(output), "--packs", "basic"]) == 0
+    assert not (output / "basic" / "gone.md").exists()
+
+
+def test_the_checked_in_catalog_is_current():
+    result = subprocess.run([sys.executable, "-m", "hndl.docs", "--check"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert set(default_packs()) >= {"basic", "vision", "transformer"}
