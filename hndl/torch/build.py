@@ -20,8 +20,9 @@ from ..errors import HNDLError
 from ..limits import validate_limits
 from ..plan import PlanNode, ResolvedPlan
 from ..registry import Registry
-from .graph_module import TORCH_DTYPES, GraphModule
+from .graph_module import GraphModule
 from .initialize import apply_initialization, apply_trainability, check_targets
+from .ports import TORCH_DTYPES
 
 
 def build(

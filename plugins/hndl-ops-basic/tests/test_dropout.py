@@ -47,6 +47,21 @@ def test_mask_statistics_and_rescaling_for_p_0_3():
     assert abs(out.mean().item() - x.mean().item()) < 0.01
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_mask_statistics_and_exact_scale_on_sequences_for_several_p(p):
+    torch.manual_seed(99)
+    shape = ("B", 200, 500)
+    model = model_for(p, shape)
+    x = torch.rand(1, 200, 500) + 0.5  # strictly positive, so a zero means "dropped"
+    out = model(x)
+    dropped = out == 0
+    assert abs(dropped.float().mean().item() - p) < 0.01
+    kept = ~dropped
+    torch.testing.assert_close(out[kept] / x[kept], torch.full_like(x[kept], 1 / (1 - p)), rtol=1e-6, atol=0)
+    model.eval()
+    assert torch.equal(model(x), x)  # the identity in eval mode, whatever p
+
+
 def test_gradient_is_the_same_mask_and_scale():
     torch.manual_seed(0)
     model = model_for(0.4, ("B", 64))

@@ -1,0 +1,181 @@
+"""The port/step model of a built graph: every node's tensor contracts, compiled for checking.
+
+A *port* is one named input or output of a node (or an external input of the graph), with the
+contract the plan resolved for it: a shape whose entries are fixed extents or whole multiples
+of the batch symbol (``B``, ``2*B``), a dtype (or any) and, at call time, the graph's device.
+A *port check* compares a runtime value against that contract for this call's batch size,
+read from the first external input. GraphModule runs every port check, before and after each
+node, on the first call of each input signature (the checked program, SPEC.md §11): a node
+that breaks its contract is reported at the node that broke it, with the contract and the
+value side by side, instead of as a shape error somewhere downstream. Opaque operators assert
+an output contract that they cannot derive, so their output ports are checked on every call.
+
+``Port`` is one compiled contract, ``Step`` one node of the compiled program (its module, the
+values it reads and writes, its ports and its source location).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import torch
+from torch import nn
+
+from ..contracts import batch_multiple
+from ..declaration import spec_of
+from ..errors import HNDLError
+
+TORCH_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "bool": torch.bool,
+}
+DTYPE_NAMES = {value: key for key, value in TORCH_DTYPES.items()}
+
+CONTRACT_REMEDY = "Call the module with tensors matching the plan's contracts."
+
+
+def dtype_name(dtype: Any) -> str:
+    """HNDL's spelling of a torch dtype: ``float64``, not ``torch.float64``."""
+    name = DTYPE_NAMES.get(dtype)
+    if name is not None:
+        return name
+    text = str(dtype)
+    return text[len("torch."):] if text.startswith("torch.") else text
+
+
+def describe(value: Any) -> str:
+    """``[3, 5]:float32 on cpu`` for a tensor, the type name for anything else."""
+    if isinstance(value, torch.Tensor):
+        return f"{list(value.shape)}:{dtype_name(value.dtype)} on {value.device}"
+    return type(value).__name__
+
+
+class Port:
+    """A compiled port contract: batch multiples and fixed extents, dtype, label."""
+
+    __slots__ = ("label", "name", "entries", "dtype", "symbol")
+
+    def __init__(self, label: str, name: str, shape: tuple, dtype: Optional[str], batch: str) -> None:
+        self.label = label
+        self.name = name
+        self.symbol = batch
+        self.dtype = TORCH_DTYPES.get(dtype) if dtype not in (None, "any") else None
+        self.entries = tuple(_entry(value, batch) for value in shape)
+
+    def expected(self, batch: int) -> list:
+        return [value * batch if kind else value for kind, value, _ in self.entries]
+
+    def contract(self, batch: int) -> str:
+        """``[B=3, 4]`` (``[2*B=6, 4]`` for a multiple) for this call's batch."""
+        return "[" + ", ".join(f"{text}={value * batch}" if kind else str(value) for kind, value, text in self.entries) + "]"
+
+    def contract_full(self, batch: int, device: torch.device) -> str:
+        dtype = dtype_name(self.dtype) if self.dtype is not None else "any"
+        return f"{self.contract(batch)}:{dtype} on {device}"
+
+    def problem(self, value: Any, batch: int, device: torch.device) -> Optional[str]:
+        """The first line of what is wrong with ``value`` at this port, or None."""
+        if not isinstance(value, torch.Tensor):
+            return f"{self.label}: expected a tensor, got {type(value).__name__}"
+        shape = value.shape
+        expected = self.expected(batch)
+        if len(shape) != len(expected) or any(a != b for a, b in zip(shape, expected)):
+            return f"{self.label}: expected shape {self.contract(batch)}, got {list(shape)}"
+        if self.dtype is not None and value.dtype != self.dtype:
+            return f"{self.label}: expected dtype {dtype_name(self.dtype)}, got {dtype_name(value.dtype)}"
+        if value.device != device:
+            return f"{self.label}: expected device {device}, got {value.device}"
+        return None
+
+    def check(self, value: Any, batch: int, device: torch.device, source: str, **where: Any) -> None:
+        """Raise E_RUNTIME when ``value`` breaks this port's contract for the call's ``batch``."""
+        if isinstance(value, torch.Tensor):
+            shape = value.shape
+            entries = self.entries
+            if len(shape) == len(entries):
+                for (kind, extent, _), actual in zip(entries, shape):
+                    if actual != (extent * batch if kind else extent):
+                        break
+                else:
+                    if (self.dtype is None or value.dtype == self.dtype) and value.device == device:
+                        return
+        raise self.error(value, batch, device, source, **where)
+
+    def error(self, value: Any, batch: int, device: torch.device, source: str, **where: Any) -> HNDLError:
+        message = self.problem(value, batch, device) or f"{self.label}: breaks its contract"
+        if isinstance(value, torch.Tensor):
+            message += f"\n  expected {self.contract_full(batch, device)}\n  got      {describe(value)}"
+            if self._batch_axis_differs(value, batch) and source != self.label:
+                message += f"\n  {self.symbol}={batch} is this call's batch size, read from {source}"
+        return HNDLError("E_RUNTIME", message, remedies=(CONTRACT_REMEDY,), **where)
+
+    def _batch_axis_differs(self, value: torch.Tensor, batch: int) -> bool:
+        return any(
+            kind and index < value.dim() and value.shape[index] != extent * batch
+            for index, (kind, extent, _) in enumerate(self.entries)
+        )
+
+
+def _entry(value: Any, batch: str) -> tuple[bool, int, str]:
+    """(is a batch entry, multiple or extent, original text)."""
+    if isinstance(value, int):
+        return (False, value, str(value))
+    return (True, batch_multiple(value, batch), str(value))
+
+
+class Step:
+    """One node of the compiled program."""
+
+    __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where", "location", "release", "opaque")
+
+    def __init__(self, module: nn.Module, node, batch: str, dtypes: tuple[Mapping[str, str], Mapping[str, str]]) -> None:
+        self.module = module
+        self.node = node
+        self.reads = tuple(node.inputs.values())
+        self.writes = tuple(f"node:{node.id}/{port}" for port in node.outputs)
+        expected, produced = dtypes
+        self.ports_in = tuple(
+            Port(f"{node.alias} {node.id!r} input {port!r} (from {ref})", port, node.input_shapes[port], expected[port], batch)
+            for port, ref in node.inputs.items()
+        )
+        self.ports_out = tuple(
+            Port(f"{node.alias} {node.id!r} output {port!r}", port, node.output_shapes[port], produced[port], batch)
+            for port in node.outputs
+        )
+        line = node.source.get("line")
+        column = node.source.get("column")
+        self.where = f"{node.alias}" + (f", line {line}, column {column}" if line else "")
+        self.location = {"node": node.id, "line": line, "column": column if line else None}
+        self.release: tuple = ()
+        spec = spec_of(type(module))
+        self.opaque = spec is not None and spec.opaque
+
+    def check_outputs(self, batch: int, device: torch.device, source: str, *values: Any) -> None:
+        """An opaque node's asserted output contract, checked on every call (E_RUNTIME)."""
+        for port, value in zip(self.ports_out, values):
+            port.check(value, batch, device, source, **self.location)
+
+    def outputs(self, result: Any) -> tuple:
+        """Map the module's return value onto the declared output ports, in order."""
+        if len(self.writes) == 1 and isinstance(result, torch.Tensor):
+            return (result,)
+        names = self.node.outputs
+        if isinstance(result, Mapping):
+            if set(result) != set(names):
+                raise HNDLError(
+                    "E_RUNTIME",
+                    f"node {self.node.id!r} returned keys {sorted(result)}, expected exactly {list(names)}",
+                    **self.location,
+                )
+            return tuple(result[name] for name in names)
+        if isinstance(result, (tuple, list)) and len(result) == len(names):
+            return tuple(result)
+        raise HNDLError(
+            "E_RUNTIME",
+            f"node {self.node.id!r} returned {type(result).__name__}, expected {len(names)} tensor(s) for {list(names)}",
+            **self.location,
+        )

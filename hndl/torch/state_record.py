@@ -1,0 +1,117 @@
+"""Registered state: record a graph's parameter, buffer and submodule slots at build, compare later.
+
+HNDL fixes every parameter, buffer and submodule when it builds a plan; state added or removed
+afterwards would not be trained, seeded or saved as the plan describes. ``record_state`` walks
+the ``nodes`` container once, at construction, and records every module under it with its
+slots: parameters and buffers by presence (a tensor replaced under the same name is
+legitimate, e.g. ``load_state_dict(assign=True)``), submodules by identity.
+``state_difference`` replays that record against the live modules and names the first
+difference and the node it belongs to. GraphModule replays it before and after the checked
+program (the first call of each input signature), after a fast-path call during which a
+registration hook fired, in the traced program while a hook has marked the state as changed,
+and when a node raises (for the failure note).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from torch import nn
+
+
+def record_state(container: nn.Module, node_of: Mapping[str, str]) -> tuple:
+    """Every module under ``container`` with its parameter, buffer and submodule slots.
+
+    Each entry is ``(path, node id, module, ((name, present), ...) for parameters, the same for
+    buffers, ((name, child or None), ...))``. Parameters and buffers are recorded by presence
+    (a tensor replaced under the same name is legitimate: ``load_state_dict(assign=True)``);
+    submodules by identity.
+    """
+    entries = []
+    seen: set[int] = set()
+    pending = [(container, "nodes", None)]  # depth-first, children in registration order
+    while pending:
+        module, path, node = pending.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        children = tuple(module._modules.items())
+        entries.append((
+            path, node, module,
+            tuple((name, value is not None) for name, value in module._parameters.items()),
+            tuple((name, value is not None) for name, value in module._buffers.items()),
+            children,
+        ))
+        for name, child in reversed(children):
+            if child is not None:
+                pending.append((child, f"{path}.{name}", node if node is not None else node_of.get(name)))
+    return tuple(entries)
+
+
+def _slot_difference(path: str, kind: str, recorded: tuple, current: Mapping[str, Any]) -> Optional[str]:
+    if len(recorded) == len(current):
+        for name, present in recorded:
+            if name not in current or (current[name] is not None) != present:
+                break
+        else:
+            return None
+    names = set()
+    for name, present in recorded:
+        names.add(name)
+        if name not in current:
+            return f"{kind} '{path}.{name}' was removed"
+        value = current[name]
+        if present and value is None:
+            return f"{kind} '{path}.{name}' was set to None"
+        if not present and value is not None:
+            return f"{kind} '{path}.{name}' was filled in (it was None at build)"
+    for name in current:
+        if name not in names:
+            return f"{kind} '{path}.{name}' was added"
+    return None
+
+
+def _children_difference(path: str, recorded: tuple, current: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    if len(recorded) == len(current):
+        for name, child in recorded:
+            if current.get(name, _MISSING) is not child:
+                break
+        else:
+            return None
+    names = set()
+    for name, child in recorded:
+        names.add(name)
+        value = current.get(name, _MISSING)
+        if value is child:
+            continue
+        if value is _MISSING:
+            return name, f"submodule '{path}.{name}' was removed"
+        if child is None:
+            return name, f"submodule '{path}.{name}' was filled in with {type(value).__name__} (it was None at build)"
+        if value is None:
+            return name, f"submodule '{path}.{name}' was set to None (it was {type(child).__name__} at build)"
+        other = "another " if type(value) is type(child) else ""
+        return name, f"submodule '{path}.{name}' was replaced with {other}{type(value).__name__} (it was {type(child).__name__} at build)"
+    for name, value in current.items():
+        if name not in names:
+            added = "None" if value is None else type(value).__name__
+            return name, f"submodule '{path}.{name}' was added ({added})"
+    return None
+
+
+_MISSING = object()
+
+
+def state_difference(record: tuple, node_of: Mapping[str, str]) -> Optional[tuple[Optional[str], str]]:
+    """Replay ``record``: ``(node id or None, what differs)`` for the first difference, else None."""
+    for path, node, module, parameters, buffers, children in record:
+        text = _slot_difference(path, "parameter", parameters, module._parameters)
+        if text is None:
+            text = _slot_difference(path, "buffer", buffers, module._buffers)
+        if text is not None:
+            return node, text
+        found = _children_difference(path, children, module._modules)
+        if found is not None:
+            name, text = found
+            return (node if node is not None else node_of.get(name)), text
+    return None
