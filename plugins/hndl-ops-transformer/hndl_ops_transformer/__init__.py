@@ -6,7 +6,13 @@ them to whichever registry opted this pack in.
 
 from hndl.packs import hookimpl
 
-OPERATORS: tuple[type, ...] = ()
+from .attention import Attention
+from .feed_forward import FeedForward
+from .moe import MoE
+from .positional_embedding import PositionalEmbedding
+from .transformer_block import TransformerBlock
+
+OPERATORS: tuple[type, ...] = (PositionalEmbedding, Attention, FeedForward, TransformerBlock, MoE)
 
 
 @hookimpl

@@ -1,0 +1,144 @@
+"""feed_forward@1: declaration, the hidden width rule (expansion * D), inference, numerics against
+the written-out reference and a handwritten nn.Sequential (forward and backward), float64
+gradcheck and gradgradcheck, and every error code it raises."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+import hndl
+from hndl import HNDLError
+from hndl.declaration import spec_of
+from hndl.torch import network
+from hndl_ops_transformer.feed_forward import FeedForward
+
+
+def _module(source, shape):
+    model = network(source, input_shape=shape, output_shape=shape, device="cpu")
+    return model, model.nodes.n_n0
+
+
+def _fails(source, input_shape, output_shape, **kwargs):
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve(source, input_shape=input_shape, output_shape=output_shape, **kwargs)
+    return error.value
+
+
+def test_declaration():
+    spec = spec_of(FeedForward)
+    assert spec.alias == "feed_forward" and spec.qualified == "feed_forward@1"
+    assert spec.category == "feed-forward"
+    assert spec.summary and spec.docstring.strip() and spec.examples and spec.reference is not None
+    assert spec.positional_args == ("expansion",)
+    assert spec.args["expansion"].default == 4 and spec.args["expansion"].min == 1
+    assert spec.args["bias"].default is True
+    assert all(arg.help for arg in spec.args.values())
+
+
+@pytest.mark.parametrize("source, hidden", [("feed_forward()", 40), ("feed_forward(2)", 20),
+                                            ("feed_forward(expansion=1)", 10)])
+def test_hidden_width_is_expansion_times_the_input_width(source, hidden):
+    plan = hndl.resolve(source, input_shape=("B", 3, 10), output_shape=("B", 3, 10))
+    assert plan.nodes[0].args["expansion"] == hidden // 10
+    _, layer = _module(source, ("B", 3, 10))
+    assert tuple(layer.fc1.weight.shape) == (hidden, 10) and tuple(layer.fc2.weight.shape) == (10, hidden)
+
+
+def test_default_expansion_is_recorded_with_its_provenance():
+    node = hndl.resolve("feed_forward()", input_shape=("B", 3, 10), output_shape=("B", 3, 10)).nodes[0]
+    assert node.args == {"expansion": 4, "bias": True}
+    assert node.provenance == {"expansion": "default", "bias": "default"}
+
+
+def test_unfixed_width_is_ambiguous_not_guessed():
+    error = _fails("linear()\nfeed_forward()\nlinear(3)", ("B", 5, 2), ("B", 5, 3))
+    assert error.code == "E_AMBIGUOUS"
+
+
+def test_width_from_the_output_contract_reaches_the_producer():
+    plan = hndl.resolve("linear()\nfeed_forward()", input_shape=("B", 5, 2), output_shape=("B", 5, 6))
+    assert plan.nodes[0].args["out_features"] == 6
+    assert plan.nodes[1].input_shapes["x"] == ("B", 5, 6)
+
+
+def test_bias_false_drops_both_biases():
+    _, layer = _module("feed_forward(bias=False)", ("B", 3, 4))
+    assert layer.fc1.bias is None and layer.fc2.bias is None
+    assert [name for name, _ in layer.named_parameters()] == ["fc1.weight", "fc2.weight"]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_and_backward_match_the_reference_and_a_handwritten_mlp(bias):
+    torch.manual_seed(0)
+    model, layer = _module(f"feed_forward(3, bias={bias})", ("B", 4, 6))
+    handwritten = nn.Sequential(nn.Linear(6, 18, bias=bias), nn.GELU(), nn.Linear(18, 6, bias=bias))
+    handwritten.load_state_dict({key.replace("fc1", "0").replace("fc2", "2"): value
+                                 for key, value in layer.state_dict().items()})
+    reference = spec_of(FeedForward).reference(layer)
+    x = torch.randn(2, 4, 6, requires_grad=True)
+    upstream = torch.randn(2, 4, 6)
+    ours = model(x)
+    torch.testing.assert_close(ours, reference(x))
+    torch.testing.assert_close(ours, handwritten(x))
+    our_grads = torch.autograd.grad(ours, [x, *layer.parameters()], upstream)
+    reference_grads = torch.autograd.grad(reference(x), [x, *layer.parameters()], upstream)
+    hand_grads = torch.autograd.grad(handwritten(x), [x, *handwritten.parameters()], upstream)
+    for a, b, c in zip(our_grads, reference_grads, hand_grads):
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, c)
+
+
+def test_the_activation_is_the_exact_gelu():
+    model, layer = _module("feed_forward(1, bias=False)", ("B", 1, 1))
+    with torch.no_grad():
+        layer.fc1.weight.fill_(1.0)
+        layer.fc2.weight.fill_(1.0)
+    x = torch.linspace(-3, 3, 7).reshape(7, 1, 1)
+    torch.testing.assert_close(model(x), F.gelu(x, approximate="none"))
+    assert not torch.allclose(model(x), F.gelu(x, approximate="tanh"), rtol=0, atol=1e-5)
+
+
+def test_positions_are_mapped_independently():
+    torch.manual_seed(1)
+    model, _ = _module("feed_forward()", ("B", 5, 4))
+    x = torch.randn(2, 5, 4)
+    changed = x.clone()
+    changed[:, 3] += 1.0
+    before, after = model(x), model(changed)
+    torch.testing.assert_close(after[:, [0, 1, 2, 4]], before[:, [0, 1, 2, 4]], rtol=0, atol=0)
+    assert not torch.allclose(after[:, 3], before[:, 3])
+
+
+def test_float64_gradcheck_and_gradgradcheck():
+    torch.manual_seed(2)
+    _, layer = _module("feed_forward(2)", ("B", 3, 3))
+    layer = layer.double()
+    names = [name for name, _ in layer.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in layer.parameters())
+
+    def expand(x, *values):
+        return functional_call(layer, dict(zip(names, values)), (x,))
+
+    inputs = (torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True), *params)
+    assert torch.autograd.gradcheck(expand, inputs)
+    assert torch.autograd.gradgradcheck(expand, inputs)
+
+
+@pytest.mark.parametrize("source", ["feed_forward(0)", "feed_forward(-1)", "feed_forward(1.5)",
+                                    "feed_forward(True)", "feed_forward(bias=1)", "feed_forward(hidden=64)"])
+def test_invalid_arguments_are_argument_errors(source):
+    assert _fails(source, ("B", 4, 8), ("B", 4, 8)).code == "E_ARGUMENT"
+
+
+def test_rank_two_input_is_a_constraint_error():
+    assert _fails("feed_forward()", ("B", 8), ("B", 8)).code == "E_CONSTRAINT"
+
+
+def test_output_width_contradicting_the_input_is_a_constraint_error():
+    assert _fails("feed_forward()", ("B", 4, 8), ("B", 4, 6)).code == "E_CONSTRAINT"
+
+
+def test_integer_input_is_a_dtype_error():
+    assert _fails("feed_forward()", ("B", 4, 8), ("B", 4, 8), input_dtype="int64").code == "E_DTYPE"
