@@ -1,11 +1,14 @@
-"""The convolution arithmetic shared by conv and deconv (§6), one spatial axis at a time.
+"""The convolution arithmetic shared by conv, conv1d, deconv, the pools and residual_block
+(§6), one spatial axis at a time.
 
 conv2d:           O = floor((I + 2p - d(k - 1) - 1) / s + 1)
 conv_transpose2d: O = (I - 1)s - 2p + d(k - 1) + output_padding + 1
 
 Forward, a known input extent fixes the output. Backward, an ordinary convolution only
 bounds its input to an interval of s values, fixed only once the interval collapses; a
-transposed convolution inverts exactly when the division is exact.
+transposed convolution inverts exactly when the division is exact. Max and average pooling
+(without ceil mode) follow the conv2d equation, and conv1d applies it to the one axis of
+[B, C, L].
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 from hndl import Arg
 
 SPATIAL_AXES = (2, 3)
+#: The length axis of a [B, C, L] signal (conv1d).
+SIGNAL_AXIS = 2
 
 
 def convolution_args(**extra: Arg) -> dict[str, Arg]:
@@ -27,6 +32,22 @@ def convolution_args(**extra: Arg) -> dict[str, Arg]:
                        help="Padding per spatial axis: added to the input by conv, trimmed from the output by deconv."),
         **extra,
         "dilation": Arg("pair", 1, min=1, positional=False, help="Spacing between kernel taps."),
+        "groups": Arg(int, 1, min=1, positional=False, help="Channel groups; both channel counts must divide by it."),
+        "bias": Arg(bool, True, positional=False, help="Whether to learn an additive bias per output channel."),
+        "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
+                           help="Input channels; normally inferred from the producer."),
+    }
+
+
+def convolution1d_args() -> dict[str, Arg]:
+    """conv1d's argument schema: conv's, with one int per field instead of a pair."""
+    return {
+        "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
+                            help="Output channels. Omit them to infer them from what consumes the result."),
+        "kernel_size": Arg(int, min=1, positional=False, help="Kernel extent along the length axis L."),
+        "stride": Arg(int, 1, min=1, positional=False, help="Step between kernel applications along L."),
+        "padding": Arg(int, 0, min=0, positional=False, help="Zeros added to both ends of L."),
+        "dilation": Arg(int, 1, min=1, positional=False, help="Spacing between kernel taps along L."),
         "groups": Arg(int, 1, min=1, positional=False, help="Channel groups; both channel counts must divide by it."),
         "bias": Arg(bool, True, positional=False, help="Whether to learn an additive bias per output channel."),
         "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
@@ -65,14 +86,13 @@ def check_groups(s) -> None:
             )
 
 
-def conv_relation(s) -> None:
-    """Spatial extents of an ordinary convolution, forward exactly and backward as intervals."""
-    check_groups(s)
+def window_relation(s, windows) -> None:
+    """The conv2d equation on each ``(axis, k, s, p, d)`` of ``windows``, between ports x and out:
+    forward exactly, backward as the interval of inputs that produce the known output."""
     x, out = s.shape("x"), s.shape("out")
     if x is None or out is None:
         return
-    for axis in SPATIAL_AXES:
-        k, st, p, d = _per_axis(s.args, axis)
+    for axis, k, st, p, d in windows:
         extent = s.shape("x")[axis]
         if extent is not None:
             produced = conv_output(extent, k, st, p, d)
@@ -82,6 +102,19 @@ def conv_relation(s) -> None:
         result = s.shape("out")[axis]
         if result is not None:
             s.interval("x", axis, *conv_input_interval(result, k, st, p, d))
+
+
+def conv_relation(s) -> None:
+    """Spatial extents of an ordinary convolution, forward exactly and backward as intervals."""
+    check_groups(s)
+    window_relation(s, ((axis, *_per_axis(s.args, axis)) for axis in SPATIAL_AXES))
+
+
+def conv1d_relation(s) -> None:
+    """The one length axis of [B, C, L], by the same equation as each axis of conv2d."""
+    check_groups(s)
+    args = s.args
+    window_relation(s, ((SIGNAL_AXIS, args["kernel_size"], args["stride"], args["padding"], args["dilation"]),))
 
 
 def transposed_relation(s) -> None:

@@ -1,0 +1,70 @@
+"""batch_norm2d@1 (alias batch_norm): per-channel normalization over the batch and spatial axes."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+
+from hndl import Arg, Example, HNDLError, operator
+
+
+def _reference(module):
+    """F.batch_norm on copies of the running statistics, so the check never moves them."""
+
+    def forward(x):
+        return F.batch_norm(x, module.running_mean.clone(), module.running_var.clone(), module.weight, module.bias,
+                            training=module.training, momentum=module.momentum, eps=module.eps)
+
+    return forward
+
+
+@operator(
+    "batch_norm",
+    identity="batch_norm2d",
+    summary="Normalize each channel of [B, C, H, W] over the batch and spatial axes, with running statistics.",
+    shape="x[B, C, H, W] -> out[B, C, H, W]",
+    args={
+        "eps": Arg(float, 1e-5, min=0, exclusive_min=True, positional=False,
+                   help="Added to the variance for stability."),
+        "momentum": Arg(float, 0.1, min=0, max=1, positional=False,
+                        help="Weight of the newest batch in the running mean and variance."),
+        "affine": Arg(bool, True, positional=False,
+                      help="Whether to learn a per-channel scale (weight) and shift (bias)."),
+        "num_features": Arg(int, min=1, inferable=True, dim="C", positional=False,
+                            help="Channels C; normally inferred from the producer."),
+    },
+    category="normalization",
+    examples=(
+        Example("conv(8, kernel_size=3, padding=1, bias=False)\nbatch_norm()\nrelu()", ("B", 3, 8, 8),
+                ("B", 8, 8, 8), note="num_features 8 is inferred from the convolution."),
+        Example("batch_norm(momentum=0.01, affine=False)", ("B", 4, 5, 5), ("B", 4, 5, 5),
+                note="No learned affine; the running statistics move slowly."),
+    ),
+    reference=_reference,
+)
+class BatchNorm(nn.BatchNorm2d):
+    """Batch normalization (torch.nn.BatchNorm2d) of a `[B, C, H, W]` tensor.
+
+    In training mode each channel is normalized with the mean and the biased (population)
+    variance of its `B * H * W` values, and the running mean and unbiased running variance
+    move by `momentum` towards them (`running = (1 - momentum) * running + momentum * batch`).
+    In evaluation mode the running statistics are used instead, so train and eval differ:
+    the host selects the mode with `model.train()` / `model.eval()`.
+
+    `affine=True` (the default) learns `weight` (initialized to 1) and `bias` (initialized to
+    0). The running statistics are persistent buffers (`running_mean`, `running_var`,
+    `num_batches_tracked`) that belong to the state dictionary. `eps > 0` keeps a constant
+    channel finite forward and backward. A training-mode call whose channels hold a single
+    value (`B * H * W == 1`) has no variance to normalize with and fails with `E_RUNTIME`."""
+
+    def __init__(self, *, num_features, eps=1e-5, momentum=0.1, affine=True) -> None:
+        super().__init__(num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=True)
+
+    def forward(self, x):
+        if self.training and x.shape[0] * x.shape[2] * x.shape[3] == 1:
+            raise HNDLError(
+                "E_RUNTIME",
+                f"batch_norm in training mode needs more than one value per channel, got input {list(x.shape)}",
+                remedies=("Train with a batch of at least two examples, or call model.eval().",),
+            )
+        return super().forward(x)

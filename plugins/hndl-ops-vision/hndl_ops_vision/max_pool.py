@@ -1,0 +1,52 @@
+"""max_pool2d@1 (alias max_pool): the maximum over sliding windows of each channel."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+
+from hndl import Arg, Example, operator
+
+from .pooling import pool_relation, pooling_args, validate_padding
+
+
+def _reference(module):
+    return lambda x: F.max_pool2d(x, module.kernel_size, module.stride, module.padding, module.dilation)
+
+
+@operator(
+    "max_pool",
+    identity="max_pool2d",
+    summary="Maximum over sliding spatial windows of each channel of [B, C, H, W].",
+    shape="x[B, C, H, W] -> out[B, C, H_out, W_out]",
+    relation=pool_relation,
+    validate=validate_padding,
+    shape_text="O = floor((I + 2p - d(k - 1) - 1) / s + 1) per spatial axis, stride defaulting to the kernel; "
+               "inverted as an interval.",
+    args=pooling_args(
+        dilation=Arg("pair", 1, min=1, positional=False, help="Spacing between the taps of a window."),
+    ),
+    category="pooling",
+    examples=(
+        Example("max_pool(2)", ("B", 4, 8, 8), ("B", 4, 4, 4), note="Stride defaults to the kernel: halves 8 x 8."),
+        Example("max_pool(3, stride=2, padding=1)", ("B", 4, 9, 9), ("B", 4, 5, 5),
+                note="Overlapping windows, as in the ResNet stem."),
+        Example("linear()\nreshape(4)\nmax_pool(3, stride=1, padding=1)", ("B", 8), ("B", 4, 6, 6),
+                note="With stride 1 the output fixes the input: projection width 4 * 6 * 6 = 144."),
+    ),
+    reference=_reference,
+)
+class MaxPool(nn.MaxPool2d):
+    """Max pooling (torch.nn.MaxPool2d, floor mode) over each channel of `[B, C, H, W]`.
+
+    Each output element is the maximum of a `kernel_size` window whose taps are `dilation`
+    apart; windows start every `stride` elements (by default `stride = kernel_size`, so
+    windows tile without overlap). Padding is implicit negative infinity, so it never wins,
+    and may be at most half the kernel. Channels pass through unchanged; spatial extents
+    follow `O = floor((I + 2p - d(k - 1) - 1) / s + 1)`, and an omitted input extent is
+    bounded by the interval that produces a known output, fixed once it holds one value.
+    The gradient flows to the maximal element of each window (the first one on ties). No
+    parameters; identical in train and eval mode."""
+
+    def __init__(self, *, kernel_size, stride, padding=(0, 0), dilation=(1, 1)) -> None:
+        super().__init__(kernel_size, stride=stride, padding=padding, dilation=dilation)

@@ -1,0 +1,119 @@
+"""residual_block@1: the ResNet basic block (two 3x3 convolutions with batch norm, and a skip)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hndl import Arg, Example, HNDLError, operator
+
+from .convolution import SPATIAL_AXES, window_relation
+
+
+def _relation(s) -> None:
+    """Both paths use O = floor((I - 1) / stride) + 1 per spatial axis (3x3 padding 1, or 1x1
+    padding 0, at the block's stride), inverted as an interval."""
+    stride = s.args["stride"]
+    window_relation(s, ((axis, 3, stride, 1, 1) for axis in SPATIAL_AXES))
+
+
+def _batch_norm(x, norm):
+    """F.batch_norm on copies of the running statistics, so a reference call never moves them."""
+    return F.batch_norm(x, norm.running_mean.clone(), norm.running_var.clone(), norm.weight, norm.bias,
+                        training=norm.training, momentum=norm.momentum, eps=norm.eps)
+
+
+def _reference(module):
+    """The basic block written out with torch.nn.functional over the module's own parameters."""
+    stride = module.stride
+
+    def forward(x):
+        out = F.conv2d(x, module.conv1.weight, None, stride, 1)
+        out = torch.relu(_batch_norm(out, module.bn1))
+        out = _batch_norm(F.conv2d(out, module.conv2.weight, None, 1, 1), module.bn2)
+        if module.downsample is None:
+            skip = x
+        else:
+            projection, norm = module.downsample
+            skip = _batch_norm(F.conv2d(x, projection.weight, None, stride, 0), norm)
+        return torch.relu(out + skip)
+
+    return forward
+
+
+@operator(
+    "residual_block",
+    summary="ResNet basic block: two 3x3 convolutions with batch norm and ReLU, plus an identity or projected skip.",
+    shape="x[B, C_in, H, W] -> out[B, C_out, H_out, W_out]",
+    relation=_relation,
+    shape_text="H_out = floor((H - 1) / stride) + 1, the same for W; inverted as an interval.",
+    args={
+        "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
+                            help="Output channels of both convolutions. Omit them to infer them from what consumes "
+                                 "the result."),
+        "stride": Arg(int, 1, min=1, max=2, positional=False,
+                      help="Stride of the first convolution and of the projection: 1 keeps H and W, 2 halves them "
+                           "(rounding up)."),
+        "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
+                           help="Input channels; normally inferred from the producer."),
+    },
+    category="block",
+    examples=(
+        Example("residual_block(16, stride=2)", ("B", 8, 8, 8), ("B", 16, 4, 4),
+                note="Channels and stride change, so the skip is a 1x1 convolution with batch norm."),
+        Example("conv(8, kernel_size=3, padding=1)\nresidual_block(8)\nresidual_block()", ("B", 3, 6, 6),
+                ("B", 8, 6, 6), note="Identity skips; the last block infers its 8 output channels."),
+    ),
+    reference=_reference,
+)
+class ResidualBlock(nn.Module):
+    """The basic block of ResNet-18/34 (He et al. 2016; torchvision's `BasicBlock`) as one
+    node with one module:
+
+        out  = relu(bn1(conv1(x)))          # conv1: 3x3, stride `stride`, padding 1
+        out  = bn2(conv2(out))              # conv2: 3x3, stride 1, padding 1
+        skip = x                            if stride == 1 and C_in == C_out
+        skip = bn(conv1x1(x))               otherwise (stride `stride`)
+        out  = relu(out + skip)
+
+    The convolutions have no bias (the batch norms that follow carry the shift). Every batch
+    norm is `torch.nn.BatchNorm2d` with eps 1e-5, momentum 0.1 and a learned affine, so the
+    block has running statistics and behaves differently in train and eval mode, as batch_norm
+    does. Submodules are named as in torchvision (`conv1`, `bn1`, `conv2`, `bn2`,
+    `downsample.0`, `downsample.1`), so a torchvision `BasicBlock` state dictionary loads
+    unchanged, and `init=`/`trainable=` paths such as `"conv1.weight"` reach them. Whether the
+    projection exists is fixed at construction from the resolved channels and stride.
+    Parameters use PyTorch's default initialization. The activations are part of the block's
+    declared semantics (§6 composite operators); none is inserted around it. No randomness in
+    forward. A training-mode call whose first convolution leaves one value per channel
+    (`B * H_out * W_out == 1`) has no batch variance and fails with `E_RUNTIME`."""
+
+    def __init__(self, *, out_channels, in_channels, stride=1) -> None:
+        super().__init__()
+        self.stride = stride
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        if stride != 1 or in_channels != out_channels:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(out_channels),
+            )
+        else:
+            self.downsample = None
+
+    def forward(self, x):
+        out = self.conv1(x)
+        if self.training and out.shape[0] * out.shape[2] * out.shape[3] == 1:
+            raise HNDLError(
+                "E_RUNTIME",
+                f"residual_block in training mode needs more than one value per channel after its first "
+                f"convolution, got {list(out.shape)}",
+                remedies=("Train with a batch of at least two examples, or call model.eval().",),
+            )
+        out = torch.relu(self.bn1(out))
+        out = self.bn2(self.conv2(out))
+        skip = x if self.downsample is None else self.downsample(x)
+        return torch.relu(out + skip)

@@ -1,0 +1,68 @@
+"""upsample2d@1 (alias upsample): nearest-neighbour upsampling by an exact integer factor."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+
+from hndl import Arg, Example, operator
+
+from .convolution import SPATIAL_AXES
+
+
+def _relation(s) -> None:
+    """out[H] = scale_factor * x[H] and out[W] = scale_factor * x[W], exact in both directions."""
+    factor = s.args["scale_factor"]
+    for axis in SPATIAL_AXES:
+        s.scale("out", axis, "x", axis, factor)
+
+
+def _reference(module):
+    """Nearest neighbour written out: output pixel (i, j) repeats input pixel (i // s, j // s)."""
+    factor = module.scale_factor
+    return lambda x: x.repeat_interleave(factor, dim=2).repeat_interleave(factor, dim=3)
+
+
+@operator(
+    "upsample",
+    identity="upsample2d",
+    summary="Repeat every pixel of [B, C, H, W] scale_factor times along both spatial axes (nearest neighbour).",
+    shape="x[B, C, H, W] -> out[B, C, H_out, W_out]",
+    relation=_relation,
+    shape_text="H_out = scale_factor * H and W_out = scale_factor * W exactly, in both directions.",
+    args={
+        "scale_factor": Arg(int, min=1, help="The integer factor applied to height and width."),
+        "mode": Arg(str, "nearest", choices=("nearest",), positional=False,
+                    help="Interpolation mode; only nearest, which copies each pixel, is supported."),
+    },
+    category="resampling",
+    examples=(
+        Example("upsample(2)", ("B", 3, 4, 4), ("B", 3, 8, 8), note="Every pixel becomes a 2 x 2 block."),
+        Example("linear()\nreshape(16)\nupsample(2)\nconv(3, kernel_size=3, padding=1)", ("B", 8), ("B", 3, 16, 16),
+                note="Resize-convolution: the 8 x 8 seed and projection width 16 * 8 * 8 = 1024 are inferred "
+                     "backward through the exact scale."),
+    ),
+    reference=_reference,
+)
+class Upsample(nn.Module):
+    """Nearest-neighbour upsampling by an explicit integer `scale_factor` on both spatial
+    axes: `out[b, c, i, j] = x[b, c, i // s, j // s]`, so `H_out = s * H` and `W_out = s * W`
+    exactly. The relation is an exact integer scale in both directions: a known output fixes
+    the input, and an output extent that is not a multiple of `s` is a contradiction
+    (`E_CONSTRAINT`). Channels pass through.
+
+    Only `mode="nearest"` exists; the argument is recorded in the plan so the interpolation
+    is explicit. HNDL never inserts resizing on its own: upsampling happens only where this
+    operator is written. The gradient of each input pixel is the sum over its `s x s` block.
+    No parameters; identical in train and eval mode."""
+
+    def __init__(self, *, scale_factor, mode="nearest") -> None:
+        super().__init__()
+        self.scale_factor = scale_factor
+        self.mode = mode
+
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=float(self.scale_factor), mode=self.mode)
+
+    def extra_repr(self) -> str:
+        return f"scale_factor={self.scale_factor}, mode={self.mode!r}"
