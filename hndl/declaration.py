@@ -480,8 +480,9 @@ class Example:
     """One runnable documentation/test example of an operator.
 
     ``source`` is configuration source using the operator; ``input_shape`` and
-    ``output_shape`` are the external contracts the harness checks (``network=True``
-    marks a whole-network example rather than a single call).
+    ``output_shape`` are the external contracts the harness checks. ``network=True`` marks an
+    example that needs network access (a remote checkpoint): offline, the harness skips it
+    with that reason and the catalog shows it without a resolved table.
     """
 
     source: str

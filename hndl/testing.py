@@ -23,6 +23,7 @@ Every failure is an ``AssertionError`` naming the operator, the example and the 
 from __future__ import annotations
 
 import ast
+import os
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,10 +39,15 @@ from .frontends.pipeline import resolve, resolve_callable
 from .plan import ResolvedPlan, thaw
 from .registry import Registry
 
-__all__ = ["check_operator", "check_declaration", "check_example", "example_cases", "ExampleCase", "devices"]
+__all__ = ["check_operator", "check_declaration", "check_example", "example_cases", "ExampleCase", "devices", "offline"]
 
 #: The batch size the harness runs every example at (a k*B port gets k times as many rows).
 BATCH = 2
+
+
+def offline() -> bool:
+    """True when the Hugging Face hub may not be reached (HF_HUB_OFFLINE, as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def devices() -> tuple[str, ...]:
@@ -335,8 +341,14 @@ class ExampleCase:
     def example(self) -> Example:
         return spec_of(self.cls).examples[self.index]
 
-    def check(self, *, on: Optional[Iterable[str]] = None) -> ResolvedPlan:
+    def check(self, *, on: Optional[Iterable[str]] = None) -> Optional[ResolvedPlan]:
+        """Check the declaration and this example; an example that needs the network is skipped
+        offline (pytest's skip, with the reason) rather than failing or passing unchecked."""
         check_declaration(self.cls)
+        if self.example.network and offline():
+            import pytest
+
+            pytest.skip(f"{self}: the example needs network access and HF_HUB_OFFLINE=1")
         return check_example(self.cls, self.example, registry=self.registry, on=on)
 
     def __str__(self) -> str:

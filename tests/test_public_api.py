@@ -200,5 +200,5 @@ def test_the_harness_api_is_the_documented_one():
     import hndl.testing
 
     assert hndl.testing.__all__ == [
-        "check_operator", "check_declaration", "check_example", "example_cases", "ExampleCase", "devices",
+        "check_operator", "check_declaration", "check_example", "example_cases", "ExampleCase", "devices", "offline",
     ]

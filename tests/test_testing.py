@@ -111,3 +111,13 @@ def test_the_callable_form_of_a_configuration_selects_the_same_outputs():
     assert [node.alias for node in plan.nodes] == ["split", "add"]
     plan = check_example(registry.get("linear").cls, named, registry=registry)
     assert plan.outputs[0]["name"] == "features"
+
+
+def test_an_example_that_needs_the_network_is_skipped_offline_with_its_reason(monkeypatch):
+    remote = Example("scale(3.0)", ("B", 4), ("B", 4), network=True)
+    (case,) = example_cases([declare(examples=(remote,))])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(pytest.skip.Exception, match="needs network access"):
+        case.check()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert case.check() is not None  # online, it is checked like any other

@@ -80,3 +80,19 @@ def test_the_checked_in_catalog_is_current():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert set(default_packs()) >= {"basic", "vision", "transformer"}
+
+
+def test_an_example_that_needs_the_network_is_shown_but_not_resolved():
+    from torch import nn
+
+    from hndl import Example, operator
+    from hndl.docs.catalog import operator_page
+
+    @operator("remote_thing", summary="Something that needs a download.", shape="x[B, ...] -> out[B, ...]",
+              category="test", examples=(Example("remote_thing()", ("B", 4), ("B", 4), network=True),))
+    class RemoteThing(nn.Identity):
+        """Passes its input through."""
+
+    page = operator_page(RemoteThing.__hndl_operator__, "test", Registry.builtins())
+    assert "remote_thing()" in page and "needs network access" in page
+    assert "```text" not in page  # no resolution was attempted (it would fail: the alias is unregistered)
