@@ -42,6 +42,7 @@ def _relation(s) -> None:
             ("B", 4), ("B", 4), note="chunk(dim=0) inverts concat(axis=0).",
         ),
     ),
+    reference=lambda module: (lambda x: tuple(x.narrow(module.dim, index * (x.shape[module.dim] // module.chunks), x.shape[module.dim] // module.chunks) for index in range(module.chunks))),
 )
 class Chunk(nn.Module):
     """Splits `dim` into exactly `chunks` equal sections, returned as views so first and

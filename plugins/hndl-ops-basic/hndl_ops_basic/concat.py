@@ -63,6 +63,7 @@ def _sum(s, parts, total, axis, *, batch) -> None:
             ("B", 4), ("B", 4), note="[B,4] twice gives [2*B,4].",
         ),
     ),
+    reference=lambda module: (lambda *tensors: torch.cat(tensors, module.axis)),
 )
 class Concat(nn.Module):
     """Concatenates its inputs along `axis` of the complete shape. Every other axis must

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from hndl import Example, operator
@@ -19,6 +20,7 @@ def _relation(s) -> None:
     shape_text="out = [B, prod(x[1:])].",
     category="shape",
     examples=(Example("flatten()", ("B", 3, 4, 4), ("B", 48)),),
+    reference=lambda module: (lambda x: torch.reshape(x, (x.shape[0], -1))),
 )
 class Flatten(nn.Module):
     """Combines every non-batch dimension into a single feature axis, giving [B, F]. The

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
@@ -51,6 +52,7 @@ def _relation(s) -> None:
         Example("reshape(64, 4, 4)", ("B", 1024), ("B", 64, 4, 4), note="Three entries fix rank 4."),
         Example("reshape()\nlinear()", ("B", 2, 4, 4), ("B", 10), note="Bare reshape takes its rank from linear."),
     ),
+    reference=lambda module: (lambda x: torch.reshape(x, (x.shape[0], *module.target))),
 )
 class Reshape(nn.Module):
     """Reshapes each example to the resolved output shape, preserving the batch axis and

@@ -51,6 +51,7 @@ def _relation(s) -> None:
         Example('z1, z2 = split(64)\nadd(z1, z2)', ("B", 128), ("B", 64), note="[B,128] gives [B,64] and [B,64]."),
         Example('z1, z2 = split(64)\nout = z2', ("B", 160), ("B", 96), note="[B,160] gives [B,64] and [B,96]."),
     ),
+    reference=lambda module: (lambda x: (x.narrow(module.dim, 0, module.sections[0]), x.narrow(module.dim, module.sections[0], module.sections[1]))),
 )
 class Split(nn.Module):
     """Creates exactly two views along `dim`: the first `size` elements, then all remaining

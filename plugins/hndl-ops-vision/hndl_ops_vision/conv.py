@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import nn
 
 from hndl import Example, Policy, operator
@@ -29,6 +30,7 @@ DOWN2 = Policy(
         Example('conv(16, policy="down2")', ("B", 3, 16, 16), ("B", 16, 8, 8),
                 note="down2: kernel 4, stride 2, padding 1 halves each even spatial axis."),
     ),
+    reference=lambda module: (lambda x: F.conv2d(x, module.weight, module.bias, module.stride, module.padding, module.dilation, module.groups)),
 )
 class Conv(nn.Conv2d):
     """A 2-D convolution (torch.nn.Conv2d) with no activation inside. `kernel_size` is

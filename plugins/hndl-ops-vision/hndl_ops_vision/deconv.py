@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, Policy, operator
@@ -43,6 +44,7 @@ def _validate(args) -> None:
                 note="up2: kernel 4, stride 2, padding 1 doubles each spatial axis exactly."),
         Example("deconv(kernel_size=3)", ("B", 4, 5, 5), ("B", 2, 7, 7)),
     ),
+    reference=lambda module: (lambda x: F.conv_transpose2d(x, module.weight, module.bias, module.stride, module.padding, module.output_padding, module.groups, module.dilation)),
 )
 class Deconv(nn.ConvTranspose2d):
     """A 2-D transposed convolution (torch.nn.ConvTranspose2d) with no activation inside.
