@@ -570,6 +570,7 @@ class OperatorSpec:
     reference: Optional[Callable]
     outputs_from: Optional[str]
     batch: str
+    restore: Optional[Callable] = None
 
     def __hash__(self) -> int:
         return hash((self.qualified, self.cls))
@@ -722,6 +723,7 @@ def operator(
     reference: Optional[Callable] = None,
     outputs_from: Optional[str] = None,
     batch: str = "shared",
+    restore: Optional[Callable] = None,
 ) -> Callable[[type], type]:
     """Declare the decorated ``nn.Module`` subclass as the operator ``alias`` (§8).
 
@@ -737,7 +739,8 @@ def operator(
     summary = _check_summary(where, summary)
     _check_optional_text(where, shape_text, "shape_text")
     _check_category(where, category)
-    _check_callables(where, relation=relation, validate=validate, finalize=finalize, reference=reference)
+    _check_callables(where, relation=relation, validate=validate, finalize=finalize, reference=reference,
+                     restore=restore)
     examples = _check_examples(where, examples)
     signature = _parse(where, shape)
     _check_ports(where, signature, relation)
@@ -770,6 +773,7 @@ def operator(
             reference=reference,
             outputs_from=outputs_from,
             batch=batch,
+            restore=restore,
         )
         setattr(cls, SPEC_ATTRIBUTE, spec)
         return cls

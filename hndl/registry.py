@@ -7,6 +7,8 @@ identity, so restoring never depends on today's alias bindings.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -176,6 +178,28 @@ class Registry:
         """The readouts registered for ``provider``, read-only."""
         self.provider(provider)
         return MappingProxyType(self._readouts[provider])
+
+
+_ACTIVE: ContextVar[Optional["Registry"]] = ContextVar("hndl_active_registry", default=None)
+
+
+def active_registry() -> Optional[Registry]:
+    """The registry of the resolution, restoration or build running in this context, or None.
+
+    Operators whose relation or constructor must consult registry-held state (the pretrained
+    operator's providers and readouts) read it here; nothing else is passed implicitly.
+    """
+    return _ACTIVE.get()
+
+
+@contextmanager
+def using_registry(registry: Registry) -> Iterator[Registry]:
+    """Publish ``registry`` as the active one for the duration of the block."""
+    token = _ACTIVE.set(registry)
+    try:
+        yield registry
+    finally:
+        _ACTIVE.reset(token)
 
 
 def _check_readout(name: object, fn: object) -> None:

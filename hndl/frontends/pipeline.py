@@ -13,7 +13,7 @@ from ..contracts import parse_contracts
 from ..errors import HNDLError
 from ..limits import validate_limits
 from ..plan import ResolvedPlan
-from ..registry import Registry
+from ..registry import Registry, using_registry
 from ..resolve.resolver import resolve_graph
 from .binder import Binder
 from .capture import capture
@@ -70,7 +70,9 @@ def resolve_callable(
     checked = validate_limits(limits)
     registry = _registry(registry)
     binder = Binder(_contracts(input_shape, output_shape, dtype, input_dtype, registry, checked))
-    return resolve_graph(capture(fn, binder, registry), limits=checked)
+    graph = capture(fn, binder, registry)
+    with using_registry(registry):
+        return resolve_graph(graph, limits=checked)
 
 
 def _resolve_source(source: Source, input_shape, output_shape, dtype, input_dtype, registry, limits) -> ResolvedPlan:
@@ -79,7 +81,8 @@ def _resolve_source(source: Source, input_shape, output_shape, dtype, input_dtyp
     contracts = _contracts(input_shape, output_shape, dtype, input_dtype, registry, checked)
     program = parse_isolated(source, aliases=registry.aliases(), inputs=contracts.input_names)
     graph = interpret(program, Binder(contracts), registry)
-    return resolve_graph(graph, limits=checked)
+    with using_registry(registry):
+        return resolve_graph(graph, limits=checked)
 
 
 def _registry(registry: Optional[Registry]) -> Registry:

@@ -24,7 +24,10 @@ INCONSISTENT = ("E_CONSTRAINT", "E_RESHAPE", "E_AMBIGUOUS", "E_UNRESOLVED", "E_D
 
 def revalidate(plan: ResolvedPlan, registry, *, limits: Mapping[str, int]) -> None:
     """Raise unless every node of ``plan`` satisfies its operator's declared equations."""
-    with collector_paused():
+    from ..registry import using_registry  # the registry module imports plans' consumers
+
+    with collector_paused(), using_registry(registry):
+        _recheck_outside_facts(plan, registry)
         try:
             _revalidate(plan, registry, limits)
         except HNDLError as error:
@@ -38,6 +41,23 @@ def revalidate(plan: ResolvedPlan, registry, *, limits: Mapping[str, int]) -> No
                 chain=error.chain,
                 remedies=("Restore the plan from an unmodified copy, or re-resolve its specification.",),
             ) from None
+
+
+def _recheck_outside_facts(plan: ResolvedPlan, registry) -> None:
+    """Run each declaration's ``restore`` hook on its saved arguments.
+
+    A hook re-checks facts the plan took from outside itself (a pretrained checkpoint's
+    revision). Its failure is not an inconsistency of the saved text, so it propagates with
+    its own code instead of becoming E_INTEGRITY.
+    """
+    for saved in plan.nodes:
+        spec = registry.by_identity(saved.op)
+        if spec.restore is None:
+            continue
+        try:
+            spec.restore(dict(saved.args))
+        except HNDLError as error:
+            raise error.located(node=saved.id, line=saved.source.get("line"), column=saved.source.get("column")) from None
 
 
 def _revalidate(plan: ResolvedPlan, registry, limits: Mapping[str, int]) -> None:

@@ -19,7 +19,7 @@ from ..declaration import OperatorSpec
 from ..errors import HNDLError
 from ..limits import validate_limits
 from ..plan import PlanNode, ResolvedPlan
-from ..registry import Registry
+from ..registry import Registry, using_registry
 from .graph_module import GraphModule
 from .initialize import apply_initialization, apply_trainability, check_targets
 from .ports import TORCH_DTYPES
@@ -42,11 +42,13 @@ def parameter_counts(
 ) -> dict[str, Optional[int]]:
     """Parameters per node from a meta-device construction; None where a node cannot be probed."""
     validate_limits(limits)
+    registry = Registry.builtins() if registry is None else registry
     specs = _specs(plan, registry)
     counts: dict[str, Optional[int]] = {}
-    for node in plan.nodes:
-        module = _meta_module(specs[node.id], node, TORCH_DTYPES[plan.dtype])
-        counts[node.id] = None if module is None else sum(p.numel() for p in module.parameters())
+    with using_registry(registry):
+        for node in plan.nodes:
+            module = _meta_module(specs[node.id], node, TORCH_DTYPES[plan.dtype])
+            counts[node.id] = None if module is None else sum(p.numel() for p in module.parameters())
     return counts
 
 
@@ -66,8 +68,14 @@ def construct(
     target = _device(device)
     if initialization_seed is not None and (type(initialization_seed) is not int or initialization_seed < 0):
         raise HNDLError("E_SCHEMA", f"initialization_seed must be a non-negative int or None, got {initialization_seed!r}", field="initialization_seed")
+    registry = Registry.builtins() if registry is None else registry
     specs = _specs(plan, registry)
     dtype = TORCH_DTYPES[plan.dtype]
+    with using_registry(registry):
+        return _construct(plan, module_class, specs, dtype, target, initialization_seed, checked)
+
+
+def _construct(plan, module_class, specs, dtype, target, initialization_seed, checked) -> GraphModule:
     estimated = _meta_pass(plan, specs, dtype, checked["max_state_bytes"])
     with _rng_scope(initialization_seed, target):
         modules = {}

@@ -2,12 +2,16 @@
 
 Its operators are listed in ``OPERATORS``; the hook adds them to whichever registry opted
 this pack in. The heavy dependencies (transformers, timm, safetensors, huggingface_hub) are
-this pack's own, exposed as the core's ``hndl[pretrained]`` extra.
+this pack's own, exposed as the core's ``hndl[pretrained]`` extra, and are imported only when
+a pretrained node is resolved or built: a missing one fails with E_PRETRAINED, never with an
+ImportError.
 """
 
 from hndl.packs import hookimpl
 
-OPERATORS: tuple[type, ...] = ()
+from .pretrained import Pretrained
+
+OPERATORS: tuple[type, ...] = (Pretrained,)
 
 
 @hookimpl

@@ -1,0 +1,88 @@
+"""Output shapes by tracing on PyTorch's meta device (§9, the documented exception to invariant 3).
+
+The architecture is constructed under ``torch.device("meta")`` and run on an empty meta input
+of the declared shape: no weights are read, no storage is allocated, and since meta tensors
+have no values no random number is drawn. Results are cached, because the relation runs on
+every solver sweep; the key covers everything the trace depends on, including the identity of
+a provider's builder and readout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+from hndl import HNDLError
+
+from .sources import BoundedCache, fail
+
+#: The batch extent of a trace input (any fixed positive number; axis 0 is the node's batch).
+TRACE_BATCH = 2
+FLOATING = ("float32", "float16", "bfloat16")
+_INTEGER = {"int64": torch.int64, "int32": torch.int32}
+_TRACES = BoundedCache(128)
+
+
+def trace_outputs(
+    factory: Callable[[], nn.Module],
+    key: Any,
+    input_shape: tuple[int, ...],
+    input_dtype: str,
+    *,
+    label: str,
+    provider: bool,
+) -> tuple[tuple[int, ...], ...]:
+    """Non-batch output shapes of the module ``factory()`` builds, run on a meta input.
+
+    ``input_shape`` excludes the batch. Floating inputs are traced in float32 (shapes do not
+    depend on the floating dtype); integer ids keep their dtype.
+    """
+    dtype = _INTEGER.get(input_dtype, torch.float32)
+    return _TRACES.get((key, tuple(input_shape), dtype),
+                       lambda: _trace(factory, input_shape, dtype, label=label, provider=provider))
+
+
+def _trace(factory, input_shape, dtype, *, label: str, provider: bool) -> tuple[tuple[int, ...], ...]:
+    shape = (TRACE_BATCH, *input_shape)
+    try:
+        with torch.device("meta"), torch.no_grad():
+            module = factory()
+            result = module(torch.empty(shape, dtype=dtype))
+    except HNDLError:
+        raise
+    except NotImplementedError as error:
+        raise fail(f"{label} cannot run on the meta device, so its output shape cannot be traced: {error}") from None
+    except Exception as error:
+        if provider:
+            # A provider fixes no input contract: the trace is what validates the declared shape.
+            raise HNDLError(
+                "E_CONSTRAINT",
+                f"{label} rejects an input of shape [B, {', '.join(map(str, input_shape))}]: "
+                f"{type(error).__name__}: {error}",
+                remedies=("Declare the input shape the provider's model takes.",),
+            ) from None
+        raise fail(f"tracing {label} on the meta device failed: {type(error).__name__}: {error}") from None
+    outputs = result if isinstance(result, tuple) else (result,)
+    shapes = []
+    for index, value in enumerate(outputs):
+        what = f"{label} output {index}" if len(outputs) > 1 else f"{label} output"
+        if not isinstance(value, torch.Tensor):
+            raise fail(f"{what} is {type(value).__name__}, not one tensor")
+        if not value.is_floating_point():
+            raise fail(f"{what} has dtype {str(value.dtype).removeprefix('torch.')}; the node's ports carry "
+                       "the floating compute dtype")
+        if not 2 <= value.dim() <= 4:
+            raise fail(f"{what} has rank {value.dim()} (shape {list(value.shape)}); HNDL ports have rank 2, 3 or 4",
+                       "Select an output of rank 2 to 4 with output=, layer= or a readout.")
+        if value.shape[0] != TRACE_BATCH:
+            raise fail(f"{what} has shape {list(value.shape)}: axis 0 is not the batch "
+                       f"(a batch of {TRACE_BATCH} went in)")
+        shapes.append(tuple(int(extent) for extent in value.shape[1:]))
+    return tuple(shapes)
+
+
+def freeze_key(args: Mapping[str, Any]) -> tuple:
+    """A hashable form of normalized arguments (tuples stay tuples)."""
+    return tuple(sorted(args.items()))
