@@ -35,8 +35,12 @@ def all_packs() -> tuple[str, ...]:
 
 
 def catalog_pages(packs: Sequence[str]) -> dict[str, str]:
-    """``{relative path: Markdown}`` for the index and every operator of ``packs``."""
-    registry = Registry.from_packs(*packs)
+    """``{relative path: Markdown}`` for the index and every operator of ``packs``.
+
+    Examples resolve against ``packs`` plus the installed first-party packs, so a third-party
+    example may use ``linear`` or ``conv`` like any configuration would.
+    """
+    registry = Registry.from_packs(*dict.fromkeys((*default_packs(), *packs)))
     by_pack = {pack: list(Registry.from_packs(pack)) for pack in packs}
     pages = {INDEX: index_page(by_pack)}
     for pack, specs in by_pack.items():

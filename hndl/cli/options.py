@@ -1,0 +1,161 @@
+"""What the subcommands share: contract and pack options, reading a spec, writing outputs.
+
+Command-line text becomes exactly the keyword values ``hndl.resolve`` takes; every contract
+check (rank, batch symbol, positive extents, dtypes, port names) stays in the contract parser,
+so the command reports the same HNDLError a Python caller would get.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..contracts import COMPUTE_DTYPES
+from ..errors import HNDLError
+from ..registry import Registry
+
+_INT = re.compile(r"[+-]?\d+\Z")
+
+
+class Failure(Exception):
+    """A command-line failure outside HNDL's error catalog (bad option text, a missing tool)."""
+
+
+# -- option groups --------------------------------------------------------------------------------------
+def add_packs_option(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--packs", action="append", metavar="NAME[,NAME...]",
+        help=f"operator packs to load, comma-separated or repeated (default: {default})",
+    )
+
+
+def add_contract_options(parser: argparse.ArgumentParser) -> None:
+    """SPEC plus the contract keywords of hndl.resolve, as options."""
+    parser.add_argument("spec", metavar="SPEC", help="configuration file, or - to read it from stdin")
+    contract = parser.add_argument_group("contracts")
+    contract.add_argument(
+        "--input-shape", action="append", required=True, metavar="[NAME=]SHAPE",
+        help="input contract such as B,128; repeat NAME=B,3,64,64 for named inputs",
+    )
+    contract.add_argument(
+        "--output-shape", action="append", required=True, metavar="[NAME=]SHAPE",
+        help="output contract such as B,10; repeat NAME=B,1 for named outputs",
+    )
+    contract.add_argument("--dtype", default="float32", choices=COMPUTE_DTYPES,
+                          help="compute dtype (default: float32)")
+    contract.add_argument(
+        "--input-dtype", action="append", metavar="[NAME=]DTYPE",
+        help="dtype of every input (e.g. int64 for token ids), or NAME=DTYPE per input, repeatable",
+    )
+    add_packs_option(parser, "the installed first-party packs")
+
+
+# -- parsing option text --------------------------------------------------------------------------------
+def parse_shape(text: str, option: str) -> tuple:
+    """``B,128`` -> ``("B", 128)``; brackets are optional; entries that are not integers stay text."""
+    body = text.strip()
+    if len(body) >= 2 and (body[0], body[-1]) in (("[", "]"), ("(", ")")):
+        body = body[1:-1]
+    entries = [entry.strip() for entry in body.split(",")]
+    if not body.strip() or any(not entry for entry in entries):
+        raise Failure(f"{option} {text!r}: write comma-separated entries such as B,128")
+    return tuple(int(entry) if _INT.match(entry) else entry for entry in entries)
+
+
+def parse_contract(values: Sequence[str], option: str):
+    """One unnamed shape (a tuple) or NAME=SHAPE entries (an ordered dict)."""
+    named = [value for value in values if _named(value)]
+    if named and len(named) != len(values):
+        raise Failure(f"{option}: give either one unnamed shape or NAME=SHAPE for every port, not both")
+    if not named:
+        if len(values) > 1:
+            raise Failure(f"{option} is given {len(values)} times without names; name each port as NAME=SHAPE")
+        return parse_shape(values[0], option)
+    contract = {}
+    for value in values:
+        name, _, shape = value.partition("=")
+        name = name.strip()
+        if name in contract:
+            raise Failure(f"{option} names the port {name!r} twice")
+        contract[name] = parse_shape(shape, f"{option} {name}")
+    return contract
+
+
+def _named(value: str) -> bool:
+    return "=" in value
+
+
+def parse_input_dtype(values: Optional[Sequence[str]]):
+    """None, one dtype for every input, or NAME=DTYPE entries."""
+    if not values:
+        return None
+    named = [value for value in values if _named(value)]
+    if not named:
+        if len(values) > 1:
+            raise Failure("--input-dtype is given more than once without names; write NAME=DTYPE per input")
+        return values[0].strip()
+    if len(named) != len(values):
+        raise Failure("--input-dtype: give either one dtype or NAME=DTYPE for every entry, not both")
+    chosen = {}
+    for value in values:
+        name, _, dtype = value.partition("=")
+        if name.strip() in chosen:
+            raise Failure(f"--input-dtype names the input {name.strip()!r} twice")
+        chosen[name.strip()] = dtype.strip()
+    return chosen
+
+
+def pack_names(values: Optional[Sequence[str]]) -> Optional[tuple[str, ...]]:
+    """``--packs a,b --packs c`` -> ``("a", "b", "c")``; None when the option was not given."""
+    if values is None:
+        return None
+    names = tuple(name.strip() for value in values for name in value.split(",") if name.strip())
+    if not names:
+        raise Failure("--packs names no pack; write e.g. --packs basic,vision")
+    return names
+
+
+def registry(values: Optional[Sequence[str]]) -> Registry:
+    names = pack_names(values)
+    return Registry.builtins() if names is None else Registry.from_packs(*names)
+
+
+# -- resolving a spec -----------------------------------------------------------------------------------
+def resolve_spec(options: argparse.Namespace):
+    """The plan for SPEC under the command's contract options."""
+    from .. import resolve, resolve_file
+
+    keywords = dict(
+        input_shape=parse_contract(options.input_shape, "--input-shape"),
+        output_shape=parse_contract(options.output_shape, "--output-shape"),
+        dtype=options.dtype,
+        input_dtype=parse_input_dtype(options.input_dtype),
+        registry=registry(options.packs),
+    )
+    if options.spec == "-":
+        return resolve(sys.stdin.read(), **keywords)
+    return resolve_file(options.spec, **keywords)
+
+
+# -- files ------------------------------------------------------------------------------------------------
+def write_text(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise Failure(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def read_plan_bytes(path: str, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of a saved plan; a missing file is E_SCHEMA like resolve_file's."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit + 1)
+    except OSError as error:
+        reason = "no such file" if isinstance(error, FileNotFoundError) else (error.strerror or type(error).__name__)
+        raise HNDLError(
+            "E_SCHEMA", f"cannot read the saved plan {path!r}: {reason}", file=path,
+            remedies=("Pass the path of a plan written by `hndl resolve --save` or ResolvedPlan.to_json().",),
+        ) from None

@@ -1,0 +1,52 @@
+"""A plan drawn as a Graphviz DOT digraph: nodes with their operation, edges with resolved shapes.
+
+The same picture as :func:`hndl.docs.diagram.mermaid`, for tools that speak DOT (``dot -Tsvg``).
+Graph keys are the plan's own references (``input:x``, ``node:n0``, ``output:y``), quoted, so a
+node named like an input can never collide with it.
+"""
+
+from __future__ import annotations
+
+from ..plan import ResolvedPlan, format_shape
+
+
+def _quote(text: str) -> str:
+    """A DOT double-quoted string (ID or label); ``\\n`` stays a DOT line break."""
+    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _source_key(ref: str) -> str:
+    """``input:x`` -> ``input:x``, ``node:n0/out`` -> ``node:n0``."""
+    kind, _, rest = ref.partition(":")
+    return ref if kind == "input" else f"node:{rest.partition('/')[0]}"
+
+
+def dot(plan: ResolvedPlan) -> str:
+    """DOT text: one ellipse per input and output, one box per node, each edge labelled by its shape."""
+    lines = ["digraph plan {", "    rankdir=LR;", '    node [fontname="Helvetica"];',
+             '    edge [fontname="Helvetica", fontsize=10];']
+    shapes = {f"input:{item['name']}": item["shape"] for item in plan.inputs}
+    for item in plan.inputs:
+        label = f"{item['name']}\n{format_shape(item['shape'])} {item['dtype']}"
+        lines.append(f"    {_quote('input:' + item['name'])} [shape=ellipse, label={_quote(label)}];")
+    for node in plan.nodes:
+        lines.append(f"    {_quote('node:' + node.id)} [shape=box, label={_quote(f'{node.id}: {node.alias}')}];")
+        for port, shape in node.output_shapes.items():
+            shapes[f"node:{node.id}/{port}"] = shape
+    for item in plan.outputs:
+        label = f"{item['name']}\n{format_shape(item['shape'])}"
+        lines.append(f"    {_quote('output:' + item['name'])} [shape=ellipse, label={_quote(label)}];")
+    for node in plan.nodes:
+        many = len(node.inputs) > 1
+        for port, ref in node.inputs.items():
+            label = (f"{port} " if many else "") + format_shape(shapes[ref])
+            lines.append(f"    {_quote(_source_key(ref))} -> {_quote('node:' + node.id)} [label={_quote(label)}];")
+    for item in plan.outputs:
+        label = format_shape(shapes[item["ref"]]) if item["ref"] in shapes else ""
+        lines.append(f"    {_quote(_source_key(item['ref']))} -> {_quote('output:' + item['name'])}"
+                     f" [label={_quote(label)}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["dot"]
