@@ -8,7 +8,7 @@ PACKS := plugins/hndl-ops-basic plugins/hndl-ops-vision plugins/hndl-ops-transfo
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install test demo docs clean
+.PHONY: install test demo docs site clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PACKS))
 	$(PY) -m pip install --quiet --upgrade pip "setuptools>=68" wheel
 	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt \
-		-e '.[dev]' $(addprefix -e ,$(PACKS))
+		-e '.[dev,docs]' $(addprefix -e ,$(PACKS))
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,12 +24,17 @@ install: $(STAMP)
 test: install
 	$(PY) -m pytest -q
 	$(PY) -m hndl.docs --check
+	$(PY) -m sphinx -W --keep-going -E -q -b html docs docs/_build/html
 
 demo: install
 	$(PY) examples/mlp.py
 
 docs: install
 	$(PY) -m hndl.docs
+
+# The documentation site (docs/_build/html); its catalog covers every installed pack.
+site: install
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
 clean:
 	rm -rf $(VENV)

@@ -392,48 +392,48 @@ class InitScheme:
 
 
 def xavier_uniform(*, gain: float = 1.0) -> InitScheme:
-    """Initializer scheme calling torch.nn.init.xavier_uniform_ (needs >= 2 dimensions)."""
+    """Initializer scheme calling ``torch.nn.init.xavier_uniform_`` (needs >= 2 dimensions)."""
     return InitScheme("xavier_uniform", {"gain": gain})
 
 
 def xavier_normal(*, gain: float = 1.0) -> InitScheme:
-    """Initializer scheme calling torch.nn.init.xavier_normal_ (needs >= 2 dimensions)."""
+    """Initializer scheme calling ``torch.nn.init.xavier_normal_`` (needs >= 2 dimensions)."""
     return InitScheme("xavier_normal", {"gain": gain})
 
 
 def kaiming_uniform(
     *, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"
 ) -> InitScheme:
-    """Initializer scheme calling torch.nn.init.kaiming_uniform_ (needs >= 2 dimensions)."""
+    """Initializer scheme calling ``torch.nn.init.kaiming_uniform_`` (needs >= 2 dimensions)."""
     return InitScheme("kaiming_uniform", {"a": a, "mode": mode, "nonlinearity": nonlinearity})
 
 
 def kaiming_normal(
     *, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"
 ) -> InitScheme:
-    """Initializer scheme calling torch.nn.init.kaiming_normal_ (needs >= 2 dimensions)."""
+    """Initializer scheme calling ``torch.nn.init.kaiming_normal_`` (needs >= 2 dimensions)."""
     return InitScheme("kaiming_normal", {"a": a, "mode": mode, "nonlinearity": nonlinearity})
 
 
 def truncated_normal(
     *, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0
 ) -> InitScheme:
-    """Initializer scheme calling torch.nn.init.trunc_normal_."""
+    """Initializer scheme calling ``torch.nn.init.trunc_normal_``."""
     return InitScheme("truncated_normal", {"mean": mean, "std": std, "a": a, "b": b})
 
 
 def normal(*, mean: float = 0.0, std: float = 1.0) -> InitScheme:
-    """Initializer scheme calling torch.nn.init.normal_."""
+    """Initializer scheme calling ``torch.nn.init.normal_``."""
     return InitScheme("normal", {"mean": mean, "std": std})
 
 
 def uniform(*, a: float = 0.0, b: float = 1.0) -> InitScheme:
-    """Initializer scheme calling torch.nn.init.uniform_."""
+    """Initializer scheme calling ``torch.nn.init.uniform_``."""
     return InitScheme("uniform", {"a": a, "b": b})
 
 
 def orthogonal(*, gain: float = 1.0) -> InitScheme:
-    """Initializer scheme calling torch.nn.init.orthogonal_ (needs >= 2 dimensions)."""
+    """Initializer scheme calling ``torch.nn.init.orthogonal_`` (needs >= 2 dimensions)."""
     return InitScheme("orthogonal", {"gain": gain})
 
 

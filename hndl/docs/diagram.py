@@ -12,8 +12,9 @@ def _node_key(ref: str) -> str:
 
 
 def mermaid(plan: ResolvedPlan) -> str:
-    """Mermaid ``flowchart LR`` text: one box per input, node and output; each edge carries its shape."""
-    lines = ["flowchart LR"]
+    """Mermaid ``flowchart TD`` (top-down: long chains stay readable) text: one box per input, node and
+    output; each edge carries its shape."""
+    lines = ["flowchart TD"]
     for item in plan.inputs:
         lines.append(f'    in_{item["name"]}(["{item["name"]} {format_shape(item["shape"])} {item["dtype"]}"])')
     shapes = {f"input:{item['name']}": item["shape"] for item in plan.inputs}

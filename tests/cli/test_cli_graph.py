@@ -39,7 +39,7 @@ def test_mermaid_file(cli, specs, tmp_path, generator_plan):
     assert (result.out, result.err) == ("", "")
     text = target.read_text(encoding="utf-8")
     assert text == mermaid(generator_plan) + "\n"
-    assert text.startswith("flowchart LR\n")
+    assert text.startswith("flowchart TD\n")
     assert '    n2 -- "[B, 512, 4, 4]" --> n3' in text
 
 

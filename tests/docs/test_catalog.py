@@ -39,7 +39,7 @@ def test_a_page_publishes_the_whole_declaration(pages):
     assert "| `padding` | \"pair\" | `(0, 0)` | >= 0 | keyword only |" in page
     assert "| `down2` | `spatial.down2_conv@1` |" in page
     assert "0      n0    conv       [B, 3, 16, 16]  [B, 8, 16, 16]" in page  # the resolved example
-    assert "```mermaid\nflowchart LR" in page
+    assert "```mermaid\nflowchart TD" in page
 
 
 def test_the_index_groups_by_pack_and_category(pages):
