@@ -58,8 +58,9 @@ class Symbol:
 class Binder:
     """Graph-building state for one capture or one configuration program."""
 
-    def __init__(self, contracts: Contracts) -> None:
+    def __init__(self, contracts: Contracts, *, max_nodes: Optional[int] = None) -> None:
         self.contracts = contracts
+        self.max_nodes = max_nodes
         self.nodes: list[Node] = []
         self._ids: set[str] = set()
         self.inputs = {name: Symbol(Ref(None, name), self) for name in contracts.input_names}
@@ -78,6 +79,15 @@ class Binder:
         """Record one operator call and return its symbol, or a tuple for several outputs."""
         where = {"line": line, "column": column}
         ordinal = len(self.nodes)
+        if self.max_nodes is not None and ordinal >= self.max_nodes:
+            # Checked as nodes are recorded, so a runaway loop in a captured callable fails at
+            # the bound instead of growing the graph without limit until resolution counts it.
+            raise HNDLError(
+                "E_RESOURCE",
+                f"the graph has more than {self.max_nodes} nodes, above max_nodes={self.max_nodes}",
+                **where,
+                remedies=("Shrink the graph or raise limits['max_nodes'].",),
+            )
         metadata = {key: kwargs[key] for key in RESERVED_METADATA if key in kwargs}
         node_id = self._node_id(metadata.get("name", f"n{ordinal}"), spec, where)
         where["node"] = node_id

@@ -69,7 +69,8 @@ def resolve_callable(
     """Call trusted ``fn`` once with symbolic inputs, then resolve the captured graph."""
     checked = validate_limits(limits)
     registry = _registry(registry)
-    binder = Binder(_contracts(input_shape, output_shape, dtype, input_dtype, registry, checked))
+    binder = Binder(_contracts(input_shape, output_shape, dtype, input_dtype, registry, checked),
+                    max_nodes=checked["max_nodes"])
     graph = capture(fn, binder, registry)
     with using_registry(registry):
         return resolve_graph(graph, limits=checked)
@@ -80,7 +81,7 @@ def _resolve_source(source: Source, input_shape, output_shape, dtype, input_dtyp
     registry = _registry(registry)
     contracts = _contracts(input_shape, output_shape, dtype, input_dtype, registry, checked)
     program = parse_isolated(source, aliases=registry.aliases(), inputs=contracts.input_names)
-    graph = interpret(program, Binder(contracts), registry)
+    graph = interpret(program, Binder(contracts, max_nodes=checked["max_nodes"]), registry)
     with using_registry(registry):
         return resolve_graph(graph, limits=checked)
 

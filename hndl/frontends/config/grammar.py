@@ -370,11 +370,6 @@ def _syntax_error(source: Source, exc: SyntaxError) -> HNDLError:
     )
 
 
-def _anchor(node: ast.AST, fallback: Optional[ast.AST]) -> Optional[ast.AST]:
-    """The nearest node that carries a position (contexts and operators carry none)."""
-    return node if hasattr(node, "lineno") else fallback
-
-
 def _check_ast_budgets(module: ast.Module, source: Source, budgets: Mapping[str, int]) -> None:
     """Count nodes and measure depth with an explicit stack; never recurse over the tree.
 
@@ -382,19 +377,40 @@ def _check_ast_budgets(module: ast.Module, source: Source, budgets: Mapping[str,
     expression contexts, which carry no content and would only inflate the measures.
     """
     max_nodes, max_depth = budgets["max_ast_nodes"], budgets["max_ast_depth"]
-    stack: list[tuple[ast.AST, int, Optional[ast.AST]]] = [(module, 1, None)]
+    node_type, context = ast.AST, ast.expr_context
+    # Each entry is (node, depth, parent entry); the parent chain is followed only on failure,
+    # to find the nearest node with a position. A plain loop over ``_fields`` instead of
+    # ``ast.iter_child_nodes`` with per-node anchors measures the few hundred thousand nodes of
+    # a dense source near the byte budget about five times faster.
+    stack: list[tuple] = [(module, 1, None)]
+    pop, push = stack.pop, stack.append
     count = 0
     while stack:
-        node, depth, anchor = stack.pop()
-        anchor = _anchor(node, anchor)
+        entry = pop()
+        node, depth, _ = entry
         count += 1
         if count > max_nodes:
-            _budget_error(source, anchor, f"more than {max_nodes} syntax nodes", "max_ast_nodes")
+            _budget_error(source, _anchor_of(entry), f"more than {max_nodes} syntax nodes", "max_ast_nodes")
         if depth > max_depth:
-            _budget_error(source, anchor, f"syntax nesting deeper than {max_depth}", "max_ast_depth")
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, ast.expr_context):
-                stack.append((child, depth + 1, anchor))
+            _budget_error(source, _anchor_of(entry), f"syntax nesting deeper than {max_depth}", "max_ast_depth")
+        depth += 1
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, node_type) and not isinstance(item, context):
+                        push((item, depth, entry))
+            elif isinstance(value, node_type) and not isinstance(value, context):
+                push((value, depth, entry))
+
+
+def _anchor_of(entry: Optional[tuple]) -> Optional[ast.AST]:
+    """The nearest node on ``entry``'s parent chain that carries a position."""
+    while entry is not None:
+        if hasattr(entry[0], "lineno"):
+            return entry[0]
+        entry = entry[2]
+    return None
 
 
 def _budget_error(source: Source, node: Optional[ast.AST], what: str, key: str) -> NoReturn:
