@@ -331,3 +331,5 @@ def test_zz_report_the_measurements():
     print()
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+    slow = {name: result["seconds"] for name, result in RESULTS.items() if result["seconds"] >= 2}
+    assert not slow, f"bombs refused too slowly: {slow}"
