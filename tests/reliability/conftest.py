@@ -62,8 +62,9 @@ FORBIDDEN_PREFIXES = ("os.exec", "os.fork", "os.posix_spawn", "os.spawn", "socke
                       "urllib.", "webbrowser.", "shutil.", "glob.")
 
 
-def _record(event: str, args: tuple) -> None:
-    events = _RECORDING_THREADS.get(threading.get_ident())
+def _record(event: str, args: tuple, _threads=_RECORDING_THREADS, _ident=threading.get_ident) -> None:
+    # Bound as defaults: audit hooks outlive the module, whose globals are cleared at shutdown.
+    events = _threads.get(_ident())
     if events is None:
         return
     detail = None
