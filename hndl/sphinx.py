@@ -43,8 +43,8 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
-from .docs.__main__ import write_pages
 from .docs.catalog import INDEX, all_packs, catalog_pages
+from .docs.files import write_pages
 from .docs.diagram import mermaid
 from .errors import CODES, HNDLError
 from .frontends.pipeline import resolve
