@@ -193,15 +193,12 @@ class _ReferenceProbe:
     def compare(self, spec: OperatorSpec, where: str) -> None:
         for node_id, module, args, produced, (cpu_rng, cuda_rng) in self.calls:
             reference = spec.reference(module)
-            state = torch.get_rng_state()
-            torch.set_rng_state(cpu_rng)
-            if cuda_rng is not None:
-                torch.cuda.set_rng_state_all(cuda_rng)
-            try:
-                with torch.no_grad():
-                    expected = [t.detach() for t in _tensors(reference(*args))]
-            finally:
-                torch.set_rng_state(state)
+            # Replay the RNG state the node saw; fork_rng puts every generator back afterwards.
+            with torch.random.fork_rng(devices=range(torch.cuda.device_count())), torch.no_grad():
+                torch.set_rng_state(cpu_rng)
+                if cuda_rng is not None:
+                    torch.cuda.set_rng_state_all(cuda_rng)
+                expected = [t.detach() for t in _tensors(reference(*args))]
             if len(expected) != len(produced):
                 raise AssertionError(f"{where}: node {node_id} returned {len(produced)} tensor(s), "
                                      f"the reference {len(expected)}")
