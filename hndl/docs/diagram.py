@@ -5,6 +5,23 @@ from __future__ import annotations
 from ..plan import ResolvedPlan, format_shape
 
 
+def shapes_by_ref(plan: ResolvedPlan) -> dict[str, tuple]:
+    """The resolved shape of every value a reference can name: each input and each node output."""
+    shapes = {f"input:{item['name']}": item["shape"] for item in plan.inputs}
+    for node in plan.nodes:
+        for port, shape in node.output_shapes.items():
+            shapes[f"node:{node.id}/{port}"] = shape
+    return shapes
+
+
+def node_edges(plan: ResolvedPlan) -> list[tuple[str, str, str]]:
+    """``(source reference, node id, label)`` per node input; the label is the resolved shape,
+    prefixed by the port name when the node reads several."""
+    shapes = shapes_by_ref(plan)
+    return [(ref, node.id, (f"{port} " if len(node.inputs) > 1 else "") + format_shape(shapes[ref]))
+            for node in plan.nodes for port, ref in node.inputs.items()]
+
+
 def _node_key(ref: str) -> str:
     """``input:x`` -> ``in_x``, ``node:n0/out`` -> ``n0`` (Mermaid identifiers)."""
     kind, _, rest = ref.partition(":")
@@ -17,16 +34,8 @@ def mermaid(plan: ResolvedPlan) -> str:
     lines = ["flowchart TD"]
     for item in plan.inputs:
         lines.append(f'    in_{item["name"]}(["{item["name"]} {format_shape(item["shape"])} {item["dtype"]}"])')
-    shapes = {f"input:{item['name']}": item["shape"] for item in plan.inputs}
-    for node in plan.nodes:
-        lines.append(f'    {node.id}["{node.id}: {node.alias}"]')
-        for port, shape in node.output_shapes.items():
-            shapes[f"node:{node.id}/{port}"] = shape
-    for node in plan.nodes:
-        many = len(node.inputs) > 1
-        for port, ref in node.inputs.items():
-            label = (f"{port} " if many else "") + format_shape(shapes[ref])
-            lines.append(f'    {_node_key(ref)} -- "{label}" --> {node.id}')
+    lines += [f'    {node.id}["{node.id}: {node.alias}"]' for node in plan.nodes]
+    lines += [f'    {_node_key(ref)} -- "{label}" --> {node_id}' for ref, node_id, label in node_edges(plan)]
     for item in plan.outputs:
         lines.append(f'    out_{item["name"]}(["{item["name"]} {format_shape(item["shape"])}"])')
         lines.append(f'    {_node_key(item["ref"])} --> out_{item["name"]}')

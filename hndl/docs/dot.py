@@ -8,6 +8,7 @@ node named like an input can never collide with it.
 from __future__ import annotations
 
 from ..plan import ResolvedPlan, format_shape
+from .diagram import node_edges, shapes_by_ref
 
 
 def _quote(text: str) -> str:
@@ -25,22 +26,17 @@ def dot(plan: ResolvedPlan) -> str:
     """DOT text: one ellipse per input and output, one box per node, each edge labelled by its shape."""
     lines = ["digraph plan {", "    rankdir=LR;", '    node [fontname="Helvetica"];',
              '    edge [fontname="Helvetica", fontsize=10];']
-    shapes = {f"input:{item['name']}": item["shape"] for item in plan.inputs}
+    shapes = shapes_by_ref(plan)
     for item in plan.inputs:
         label = f"{item['name']}\n{format_shape(item['shape'])} {item['dtype']}"
         lines.append(f"    {_quote('input:' + item['name'])} [shape=ellipse, label={_quote(label)}];")
     for node in plan.nodes:
         lines.append(f"    {_quote('node:' + node.id)} [shape=box, label={_quote(f'{node.id}: {node.alias}')}];")
-        for port, shape in node.output_shapes.items():
-            shapes[f"node:{node.id}/{port}"] = shape
     for item in plan.outputs:
         label = f"{item['name']}\n{format_shape(item['shape'])}"
         lines.append(f"    {_quote('output:' + item['name'])} [shape=ellipse, label={_quote(label)}];")
-    for node in plan.nodes:
-        many = len(node.inputs) > 1
-        for port, ref in node.inputs.items():
-            label = (f"{port} " if many else "") + format_shape(shapes[ref])
-            lines.append(f"    {_quote(_source_key(ref))} -> {_quote('node:' + node.id)} [label={_quote(label)}];")
+    for ref, node_id, label in node_edges(plan):
+        lines.append(f"    {_quote(_source_key(ref))} -> {_quote('node:' + node_id)} [label={_quote(label)}];")
     for item in plan.outputs:
         label = format_shape(shapes[item["ref"]]) if item["ref"] in shapes else ""
         lines.append(f"    {_quote(_source_key(item['ref']))} -> {_quote('output:' + item['name'])}"
