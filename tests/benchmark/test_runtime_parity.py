@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 import hndl
+from hndl.collector import collector_paused
 from hndl.torch import build, network
 
 pytestmark = pytest.mark.benchmark
@@ -63,14 +64,10 @@ def one_thread():
 
 @contextmanager
 def _gc_paused():
-    enabled = gc.isenabled()
+    """timeit's discipline: collect once, then no collection while timing."""
     gc.collect()
-    gc.disable()
-    try:
+    with collector_paused():
         yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # -- models -------------------------------------------------------------------------------------

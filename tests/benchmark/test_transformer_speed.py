@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hndl.collector import collector_paused
 from hndl.torch import network
 
 pytestmark = pytest.mark.benchmark
@@ -52,14 +53,10 @@ def one_thread():
 
 @contextmanager
 def _gc_paused():
-    enabled = gc.isenabled()
+    """timeit's discipline: collect once, then no collection while timing."""
     gc.collect()
-    gc.disable()
-    try:
+    with collector_paused():
         yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class HandwrittenBlock(nn.Module):
