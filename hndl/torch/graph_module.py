@@ -49,11 +49,17 @@ from typing import Any, Mapping, Optional
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _hooks
+from torch.nn.modules.module import (
+    _global_backward_hooks,
+    _global_backward_pre_hooks,
+    _global_forward_hooks,
+    _global_forward_pre_hooks,
+)
 
 from ..errors import HNDLError
 from ..plan import ResolvedPlan, shape_table
 from . import state_watch
+from .module_hooks import hook_probe, hooks_registered
 from .ports import CONTRACT_REMEDY, Port, Step, describe
 from .programs import autocast_key, fast_program, traced_program
 from .state_record import record_state, state_difference
@@ -68,6 +74,7 @@ STATE_REMEDY = (
 )
 
 _tracing_state = torch._C._get_tracing_state
+_Module = nn.Module
 _module_call = nn.Module.__call__
 #: ``__call__``'s check, as in the fast paths (``hndl.torch.programs``): a plain ``return False``
 #: that dynamo folds to True while tracing.
@@ -78,13 +85,21 @@ _any_autocast = torch._C._is_any_autocast_enabled
 # -- the module ------------------------------------------------------------------------------------
 #: Derived attributes rebuilt from the plan and the bound modules (deepcopy, unpickling).
 _RUNTIME = (
-    "_inputs", "_steps", "_outputs", "_input_names", "_entry", "_signatures", "_state_dirty",
-    "_validations", "_bare", "_positional", "_traced", "_traced_positional", "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
+    "_inputs", "_steps", "_hook_probe", "_outputs", "_input_names", "_entry", "_signatures", "_state_dirty",
+    "_validations", "_bare", "_positional", "_traced", "_traced_positional", "_args_call", "_traced_args", "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
 )
+
+
+def _forward_with_args(graph: "GraphModule", args: tuple) -> Any:
+    """A call with positional inputs only, for a module whose forward takes keywords: forward's own error."""
+    return graph.forward(*args)
 
 
 class GraphModule(nn.Module):
     """A built plan: ``forward(**inputs)`` returns ``{output name: tensor}``."""
+
+    #: Whether ``forward`` takes the inputs positionally (the ``Network`` facade does).
+    _positional_inputs = False
 
     def __init__(
         self,
@@ -134,6 +149,7 @@ class GraphModule(nn.Module):
         state["_state_dirty"] = False
         state["_validations"] = 0
         state["_bare"] = tuple(True for _ in steps)
+        state["_hook_probe"] = hook_probe(self)
         container = self._record[0][2]
         state["_watches"] = state_watch.watch(self, (self, *(entry[2] for entry in self._record), container))
         self._generate()
@@ -145,6 +161,7 @@ class GraphModule(nn.Module):
         """
         state = self.__dict__
         state["_entry"], state["_positional"], state["_fast_lines"], state["_fast_reads"] = fast_program(self)
+        state["_args_call"] = state["_positional"] if self._positional_inputs else _forward_with_args
         self._generate_traced()
 
     # -- forward -----------------------------------------------------------------------------------
@@ -155,26 +172,30 @@ class GraphModule(nn.Module):
         directly (no module or global hooks, no JIT tracing), plus: ``module.compile()`` has not
         been used and nobody (``torch.fx``, profilers) has replaced ``nn.Module.__call__``.
         Otherwise the call goes through ``nn.Module.__call__`` as usual. Under
-        ``torch.compile(model)`` dynamo traces this frame and only the hook checks become guards
-        (the other conditions concern eager calls alone), as for a ``torch.nn`` container.
+        ``torch.compile(model)`` dynamo traces this frame; the hook check is folded while
+        tracing, as torch does for its own modules (``hndl.torch.module_hooks``), and the
+        other conditions concern eager calls alone.
         """
-        hooked = (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
-                  or _hooks._global_forward_pre_hooks or _hooks._global_forward_hooks
-                  or _hooks._global_backward_pre_hooks or _hooks._global_backward_hooks)
         if _is_dynamo_compiling():
-            return _module_call(self, *args, **kwargs) if hooked else self._compiled_call(args, kwargs)
-        if hooked or self._compiled_call_impl is not None or nn.Module.__call__ is not _module_call or _tracing_state():
-            return _module_call(self, *args, **kwargs)
-        return self.forward(*args, **kwargs)
+            hooked = self._hook_probe()
+            if hooked is None:  # torch is told to guard module hooks: check them in the traced code
+                hooked = hooks_registered(self)
+            if hooked:
+                return _module_call(self, *args, **kwargs)
+            if kwargs or "forward" in self.__dict__:
+                return self.forward(*args, **kwargs)
+            return self._traced_args(self, args)
+        if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
+                or _global_forward_pre_hooks or _global_forward_hooks or _global_backward_pre_hooks
+                or _global_backward_hooks or self._compiled_call_impl is not None
+                or _Module.__call__ is not _module_call or _tracing_state()):
+            return _module_call(self, *args, **kwargs)  # the expression is hooks_registered's, inlined
+        if kwargs or "forward" in self.__dict__:  # keyword inputs, or a forward patched onto the instance
+            return self.forward(*args, **kwargs)
+        return self._args_call(self, args)
 
     def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         return self._entry(self, inputs)
-
-    def _compiled_call(self, args: tuple, kwargs: dict) -> Any:
-        """What an unhooked call runs while dynamo traces it: the traced program, directly."""
-        if args:
-            return self.forward(*args, **kwargs)  # forward's own TypeError
-        return self._traced_call(kwargs)
 
     def _positional_call(self, args: tuple) -> Any:
         """``positional`` when the signature is not remembered."""
@@ -252,6 +273,7 @@ class GraphModule(nn.Module):
         """Compile the checked program for torch.compile (``programs.traced_program``)."""
         state = self.__dict__
         state["_traced"], state["_traced_positional"] = traced_program(self)
+        state["_traced_args"] = state["_traced_positional"] if self._positional_inputs else _forward_with_args
 
     def _traced_failure(self, step: Optional[int], position: int, value: Any, batch: int) -> None:
         """Raise the checked program's error for a port that failed in the traced program."""

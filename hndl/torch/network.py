@@ -16,6 +16,8 @@ from ..registry import Registry
 from .build import construct
 from .graph_module import GraphModule
 
+_is_dynamo_compiling = torch.compiler.is_dynamo_compiling
+
 
 class Network(GraphModule):
     """The §7 facade over a built plan.
@@ -55,6 +57,8 @@ class Network(GraphModule):
     module stays registered once under ``nodes.n_<id>``.
     """
 
+    _positional_inputs = True
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         plan = self.plan
@@ -65,13 +69,9 @@ class Network(GraphModule):
             nodes.__class__ = _SealedNodes
         self.__dict__["_hndl_sealed"] = True
 
-    def _compiled_call(self, args: tuple, kwargs: dict) -> Any:
-        """Under dynamo, positional calls go straight to the traced program (it checks the count)."""
-        return self.forward(*args, **kwargs) if kwargs else self._traced_positional(self, args)
-
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
-        if not kwargs:
-            return self._positional(self, args)  # positional calls take GraphModule's fast entry
+        if not kwargs:  # positional calls take GraphModule's fast entry, or the traced program under dynamo
+            return self._traced_positional(self, args) if _is_dynamo_compiling() else self._positional(self, args)
         names = self._input_names
         if len(args) > len(names):
             raise HNDLError("E_BINDING", f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally")

@@ -9,10 +9,10 @@ after ``_apply`` (the device is a literal in it).
   signature tuple, look it up, run a generated straight-line function that calls each bound
   module directly (``r0 = m0(a0)``, registers reused once a value is dead, so intermediates
   are freed as early as in ``nn.Sequential``) and check one flag that the registration hooks
-  set. ``GraphModule.__call__`` goes straight to ``forward`` when ``nn.Module.__call__`` would
-  do nothing else (no hooks, no JIT tracing), and a positional call under ``torch.compile``
-  traces a positional copy of the checked program, so neither path pays for a layer a
-  handwritten module does not have.
+  set. ``GraphModule.__call__`` skips ``nn.Module.__call__`` when it would do nothing but call
+  ``forward`` (no hooks, no JIT tracing) and sends a facade's positional call straight to the
+  positional fast path; under ``torch.compile`` such a call traces a positional copy of the
+  checked program. Neither path pays for a layer a handwritten module does not have.
 * The traced program (``traced_program``). Under ``torch.compiler.is_compiling()`` forward
   traces the checked program without the cache. It is generated as straight-line code with
   every contract written as literals, so dynamo evaluates the port checks once while tracing
@@ -25,6 +25,8 @@ after ``_apply`` (the device is a literal in it).
 
 from __future__ import annotations
 
+import functools
+import types
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
@@ -69,9 +71,10 @@ def fast_program(graph: GraphModule) -> tuple[Callable, Callable, dict[int, int]
 
     ``entry(graph, inputs)`` serves ``forward(**inputs)`` and returns the output dict;
     ``positional(graph, args)`` serves a facade called with every input positionally and
-    returns the single output's tensor (the dict when there are several). Both first defer
-    to the traced program under torch.compile and to the checked program for a signature
-    that is not remembered. Modules are bound as closure variables of a factory, so the body
+    returns the single output's tensor (the dict when there are several). ``entry`` defers to
+    the traced program under torch.compile; ``positional`` is only called once that has been
+    ruled out (``GraphModule.__call__``, ``Network.forward``). Both defer to the checked
+    program for a signature that is not remembered. Modules are bound as closure variables of a factory, so the body
     reads no globals and no keyword defaults.
 
     Returns ``(entry, positional, fast_lines, fast_reads)``: ``fast_lines`` maps each line of
@@ -175,8 +178,6 @@ def fast_program(graph: GraphModule) -> tuple[Callable, Callable, dict[int, int]
     emit_body(result)
     emit(
         "def positional(graph, args):",
-        "    if is_compiling():",
-        "        return graph._traced_positional(graph, args)",
         "    try:",
         f"        {', '.join(arguments)}, = args",
         f"        {signature}",
@@ -210,28 +211,26 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
     and ``traced_positional(graph, args)`` for a facade called with every input positionally.
     """
     names = graph._input_names
-    device = graph._device
-    device_text = "torch.device(" + ", ".join(
-        [repr(device.type)] + ([str(device.index)] if device.index is not None else [])) + ")"
-    bound: dict[str, Any] = {}
+    # Keyword defaults rather than globals: dynamo reads the classes and constants there without
+    # walking ``torch``, and the source stays the same for every device.
+    bound: dict[str, Any] = {"Tensor": torch.Tensor, "device": graph._device}
     arguments = [f"a{index}" for index in range(len(names))]
     header = [
         "def traced(graph, inputs, *, DEFAULTS):",
-        f"    if len(inputs) != {len(names)} or " + " or ".join(f"{name!r} not in inputs" for name in names) + ":",
+        f"    if inputs.__len__() != {len(names)} or " + " or ".join(f"{name!r} not in inputs" for name in names) + ":",
         "        fail(graph, '_bind', inputs)",
     ]
     for name, argument in zip(names, arguments):
         header.append(f"    {argument} = inputs[{name!r}]")
-    # ``positional`` calls this one with exactly one argument per input (it checked the count).
     positional_header = [
         "def traced_positional(graph, args, *, DEFAULTS):",
-        f"    if len(args) != {len(names)}:",
+        f"    if args.__len__() != {len(names)}:",  # no guard on the builtin ``len``
         "        fail(graph, '_bind_args', args)",
         f"    {', '.join(arguments)}, = args",
     ]
     lines: list[str] = []
     lines += [
-        "    if not isinstance(a0, torch.Tensor) or a0.dim() == 0:",
+        "    if not isinstance(a0, Tensor) or a0.dim() == 0:",
         "        fail(graph, '_bind', inputs)",
         "    b = a0.shape[0]",
     ]
@@ -247,10 +246,12 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
         extents = ", ".join(
             ("b" if extent == 1 else f"{extent} * b") if kind else str(extent) for kind, extent, _ in port.entries
         )
-        condition = f"not isinstance({value}, torch.Tensor) or {value}.shape != ({extents}{',' if len(port.entries) == 1 else ''})"
+        condition = f"not isinstance({value}, Tensor) or {value}.shape != ({extents}{',' if len(port.entries) == 1 else ''})"
         if port.dtype is not None:
-            condition += f" or {value}.dtype is not torch.{str(port.dtype).split('.')[-1]}"
-        condition += f" or {value}.device != {device_text}"
+            dtype = str(port.dtype).split('.')[-1]
+            bound[dtype] = port.dtype
+            condition += f" or {value}.dtype is not {dtype}"
+        condition += f" or {value}.device != device"
         lines.append(f"    if {condition}: fail(graph, '_traced_failure', {where}, {value}, b)")
 
     for index, (name, argument) in enumerate(zip(names, arguments)):
@@ -266,7 +267,7 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
             target = targets[0]
             lines.append(f"    {target} = m{index}({args})")
             lines.append(
-                f"    if not isinstance({target}, torch.Tensor): {target}, = graph._steps[{index}].outputs({target})"
+                f"    if not isinstance({target}, Tensor): {target}, = graph._steps[{index}].outputs({target})"
             )
         else:
             result = f"t{index}"
@@ -286,11 +287,27 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
     single = local[graph._outputs[0][1]] if len(graph._outputs) == 1 else result
     positional_body = [line.replace("fail(graph, '_bind', inputs)", "fail(graph, '_bind_args', args)") for line in lines]
     lines = [*header, *lines, f"    return {result}", *positional_header, *positional_body, f"    return {single}"]
-    source = "\n".join(lines).replace("DEFAULTS", ", ".join(f"{name}={name}" for name in bound) or "_=None")
-    space: dict[str, Any] = {"torch": torch, "fail": _outside_graph, **bound}
+    source = "\n".join(lines).replace("DEFAULTS", ", ".join(bound) or "_=None")
+    traced, traced_positional = _traced_templates(source)
+    return _instance(traced, bound), _instance(traced_positional, bound)
+
+
+@functools.lru_cache(maxsize=256)
+def _traced_templates(source: str) -> tuple[types.FunctionType, types.FunctionType]:
+    """Compile a traced program once per distinct source.
+
+    Dynamo guards a traced program by its code object, so modules of one architecture (the same
+    source: contracts and device agree) share one code object and hence one
+    compiled entry; with a code object per module, the ninth such module compiled in a process
+    would exceed dynamo's recompile limit and run uncompiled.
+    """
+    space: dict[str, Any] = {"torch": torch, "fail": _outside_graph}
     exec(compile(source + "\n", "<hndl traced graph>", "exec"), space)
-    traced = space.pop("traced")
-    traced_positional = space.pop("traced_positional")
-    for name in bound:
-        del space[name]
-    return traced, traced_positional
+    return space["traced"], space["traced_positional"]
+
+
+def _instance(template: types.FunctionType, modules: dict[str, Any]) -> types.FunctionType:
+    """The template's code with this module's nodes as keyword defaults (what dynamo reads them from)."""
+    function = types.FunctionType(template.__code__, template.__globals__, template.__name__)
+    function.__kwdefaults__ = dict(modules) or {"_": None}
+    return function

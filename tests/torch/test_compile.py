@@ -130,5 +130,5 @@ def test_the_positional_fast_path_compiles_too():
     model = network(MLP, device="cpu", **MLP_CONTRACT)
     x = torch.randn(3, 128)
     expected = model(x)
-    compiled = torch.compile(lambda t: model._positional(model, (t,)), backend="eager", fullgraph=True)
+    compiled = torch.compile(lambda t: model.forward(t), backend="eager", fullgraph=True)
     torch.testing.assert_close(compiled(x), expected)
