@@ -7,11 +7,11 @@ per-signature cache, so a module compiled after eager calls traces the same prog
 
 import pytest
 import torch
+from torch import nn
+from torch._dynamo.utils import counters
 
 import hndl
 from hndl.torch import build, network
-
-torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
 
 MLP = """
 linear(64)
@@ -132,3 +132,55 @@ def test_the_positional_fast_path_compiles_too():
     expected = model(x)
     compiled = torch.compile(lambda t: model.forward(t), backend="eager", fullgraph=True)
     torch.testing.assert_close(compiled(x), expected)
+
+
+def test_modules_of_one_architecture_share_one_compiled_graph():
+    """Beyond dynamo's recompile limit (8): a code object per module would leave the ninth uncompiled."""
+    counters.clear()
+    x = torch.randn(3, 128)
+    for _ in range(12):
+        model = network(MLP, device="cpu", **MLP_CONTRACT)
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        torch.testing.assert_close(compiled(x), model(x))
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def _plus_one(module, args, output):
+    return output + 1
+
+
+def test_hooks_present_when_compiled_run_in_the_compiled_model():
+    model = network(MLP, device="cpu", **MLP_CONTRACT)
+    x = torch.randn(3, 128)
+    model.register_forward_pre_hook(lambda module, args: (args[0] * 2,))
+    model.register_forward_hook(_plus_one)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), model(x))
+    torch.testing.assert_close(compiled(x), model.forward(x * 2) + 1)
+
+
+def test_hooks_added_after_compiling_follow_torchs_policy_for_nn_modules():
+    """Like a torch.nn container: not guarded by default, guarded when torch is told to."""
+    x = torch.randn(3, 128)
+
+    def runs_a_late_hook(module) -> bool:
+        compiled = torch.compile(module, backend="eager")
+        before = compiled(x)
+        module.register_forward_hook(_plus_one)
+        return not torch.equal(compiled(x), before)
+
+    torch._dynamo.reset()
+    sequential = runs_a_late_hook(nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10)))
+    torch._dynamo.reset()
+    assert runs_a_late_hook(network(MLP, device="cpu", **MLP_CONTRACT)) == sequential
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):
+        assert runs_a_late_hook(network(MLP, device="cpu", **MLP_CONTRACT))
+
+
+def test_a_forward_patched_onto_the_instance_is_compiled_too():
+    model = network(MLP, device="cpu", **MLP_CONTRACT)
+    original = model.forward
+    model.forward = lambda *args: original(*args) * 0
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    assert torch.count_nonzero(compiled(torch.randn(3, 128))) == 0

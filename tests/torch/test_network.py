@@ -263,3 +263,53 @@ tanh()
         before = torch.get_rng_state()
         model(z).sum()
         assert torch.equal(torch.get_rng_state(), before)
+
+
+# -- calling conventions: hooks, patched forward, keyword-only GraphModule -----------------------
+def test_hooks_on_the_model_run_as_on_any_torch_module():
+    model = network(MLP, device="cpu", **CONTRACT)
+    x = torch.randn(2, 128)
+    plain = model(x)
+    seen = []
+    pre = model.register_forward_pre_hook(lambda module, args: (args[0] * 2,))
+    post = model.register_forward_hook(lambda module, args, output: output + 1)
+    backward = model.register_full_backward_hook(lambda module, grad_in, grad_out: seen.append(module))
+    x.requires_grad_(True)
+    hooked = model(x)
+    hooked.sum().backward()
+    with torch.no_grad():
+        torch.testing.assert_close(hooked, model.forward(x * 2) + 1)
+    assert seen == [model]
+    for handle in (pre, post, backward):
+        handle.remove()
+    torch.testing.assert_close(model(x), plain)
+
+
+def test_global_module_hooks_see_the_model():
+    model = network(MLP, device="cpu", **CONTRACT)
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: seen.append(module))
+    try:
+        model(torch.randn(2, 128))
+    finally:
+        handle.remove()
+    assert seen[-1] is model and model.nodes.n_n0 in seen
+
+
+def test_a_forward_patched_onto_the_instance_is_called():
+    model = network(MLP, device="cpu", **CONTRACT)
+    x = torch.randn(2, 128)
+    original = model.forward
+    model.forward = lambda *args, **kwargs: original(*args, **kwargs) * 0
+    assert torch.count_nonzero(model(x)) == 0
+    del model.forward
+    assert torch.count_nonzero(model(x)) > 0
+
+
+def test_a_graph_module_takes_keyword_inputs_only():
+    module = build(hndl.resolve(MLP, **CONTRACT), device="cpu")
+    with pytest.raises(TypeError):
+        module(torch.randn(2, 128))
+    with pytest.raises(HNDLError) as error:
+        module()
+    assert error.value.code == "E_BINDING"
