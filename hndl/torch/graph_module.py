@@ -86,7 +86,8 @@ _any_autocast = torch._C._is_any_autocast_enabled
 #: Derived attributes rebuilt from the plan and the bound modules (deepcopy, unpickling).
 _RUNTIME = (
     "_inputs", "_steps", "_hook_probe", "_outputs", "_input_names", "_entry", "_signatures", "_state_dirty",
-    "_validations", "_bare", "_positional", "_traced", "_traced_positional", "_args_call", "_traced_args", "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
+    "_validations", "_bare", "_positional", "_traced", "_traced_positional", "_args_call", "_traced_args",
+    "_fast_lines", "_fast_reads", "_watches", "_node_of", "_plan_nodes",
 )
 
 

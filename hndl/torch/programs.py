@@ -3,7 +3,7 @@
 Both are straight-line Python source written from the module's steps (``hndl.torch.ports``)
 and compiled with ``exec``. GraphModule generates both at construction (and unpickling or
 deepcopy), both again when a node stops returning a bare tensor, and the traced program again
-after ``_apply`` (the device is a literal in it).
+after ``_apply`` (the device is bound into it).
 
 * The fast path (``fast_program``). Calls with a remembered input signature build the
   signature tuple, look it up, run a generated straight-line function that calls each bound
@@ -74,8 +74,8 @@ def fast_program(graph: GraphModule) -> tuple[Callable, Callable, dict[int, int]
     returns the single output's tensor (the dict when there are several). ``entry`` defers to
     the traced program under torch.compile; ``positional`` is only called once that has been
     ruled out (``GraphModule.__call__``, ``Network.forward``). Both defer to the checked
-    program for a signature that is not remembered. Modules are bound as closure variables of a factory, so the body
-    reads no globals and no keyword defaults.
+    program for a signature that is not remembered. Modules are bound as closure variables of
+    a factory, so the body reads no globals and no keyword defaults.
 
     Returns ``(entry, positional, fast_lines, fast_reads)``: ``fast_lines`` maps each line of
     the generated source that calls a node to that node's step index and ``fast_reads`` gives
@@ -199,12 +199,13 @@ def fast_program(graph: GraphModule) -> tuple[Callable, Callable, dict[int, int]
 def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
     """Compile the checked program for torch.compile into one straight-line function.
 
-    Every port check is written out with its extents, dtype and device as literals, so under
+    Every port check is written out with its extents as literals and its dtype and device as
+    keyword defaults, so under
     dynamo the checks are evaluated once while tracing and cost no guard beyond the input
     tensors' own; a failing check calls back into the module for the usual HNDLError. The
     registered-state check is traced only while a registration hook has marked the state as
     changed: dynamo guards on that one flag, the traced check clears it, and the next call
-    retraces without it. ``_apply`` regenerates this function (the device is a literal), so
+    retraces without it. ``_apply`` regenerates this function (the device is bound into it), so
     a compiled module retraces after a move.
 
     Returns ``(traced, traced_positional)``: ``traced(graph, inputs)`` for ``forward(**inputs)``
@@ -287,7 +288,7 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
     single = local[graph._outputs[0][1]] if len(graph._outputs) == 1 else result
     positional_body = [line.replace("fail(graph, '_bind', inputs)", "fail(graph, '_bind_args', args)") for line in lines]
     lines = [*header, *lines, f"    return {result}", *positional_header, *positional_body, f"    return {single}"]
-    source = "\n".join(lines).replace("DEFAULTS", ", ".join(bound) or "_=None")
+    source = "\n".join(lines).replace("DEFAULTS", ", ".join(bound))
     traced, traced_positional = _traced_templates(source)
     return _instance(traced, bound), _instance(traced_positional, bound)
 
@@ -309,5 +310,5 @@ def _traced_templates(source: str) -> tuple[types.FunctionType, types.FunctionTy
 def _instance(template: types.FunctionType, modules: dict[str, Any]) -> types.FunctionType:
     """The template's code with this module's nodes as keyword defaults (what dynamo reads them from)."""
     function = types.FunctionType(template.__code__, template.__globals__, template.__name__)
-    function.__kwdefaults__ = dict(modules) or {"_": None}
+    function.__kwdefaults__ = dict(modules)
     return function

@@ -269,7 +269,8 @@ def test_a_parser_worker_killed_mid_parse_fails_that_call_with_e_resource_and_th
 def test_the_budget_walk_of_a_dense_source_is_fast_and_located():
     """Regression (issue 10 bombs): the AST budget walk used ``ast.iter_child_nodes`` with an
     anchor per node, ~0.5 s for the 2*10^5 nodes of a dense 1 MiB source on top of CPython's
-    own parse; the plain ``_fields`` loop takes a fifth of that and reports the same position."""
+    own parse; the plain ``_fields`` loop takes a fifth of that and reports the same position. It is
+    timed against ``ast.walk`` of the same tree in the same process, so load on the machine moves both."""
     import ast
 
     from hndl.frontends.config import grammar
@@ -285,7 +286,10 @@ def test_the_budget_walk_of_a_dense_source_is_fast_and_located():
     # the 200,001st node in depth-first order (last statement first) is the Name of call 66,667
     # from the end, i.e. statement 33,334, which starts at column 7 * 33,333 + 1
     assert (caught.value.location.line, caught.value.location.column) == (1, 7 * 33_333 + 1)
-    assert seconds < 0.5, f"the budget walk took {seconds:.2f} s"
+    start = time.perf_counter()
+    sum(1 for _ in ast.walk(module))  # the standard library's full walk, timed under the same load
+    reference = time.perf_counter() - start
+    assert seconds < max(0.5, 1.5 * reference), f"the budget walk took {seconds:.2f} s (ast.walk: {reference:.2f} s)"
 
 
 def test_capture_stops_at_max_nodes_instead_of_recording_without_limit():
