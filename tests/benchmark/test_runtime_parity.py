@@ -9,7 +9,9 @@ the other, three times over, alternating which goes first, and keeps each model'
 Reported per case: the median µs per call of each, the ratio of those medians, and the median
 of the per-round ratios. The per-round ratio compares two measurements taken back to back, so
 its median is the figure that is least disturbed by load from other processes; it is the one
-asserted against the target. The best (minimum) round of each model and their ratio are printed
+asserted against the target. The torch.compile cases run this in three fresh worker processes
+(this file executed as a script) and pool their rounds, since one process's memory layout alone
+moves a compiled model's time by about a percent. The best (minimum) round of each model and their ratio are printed
 too. ``HNDL_BENCHMARK_ROUNDS`` overrides the number of rounds (default 15).
 
 Targets: forward in eval/no_grad, MLP (5 nodes) at batch 1 <= 1.08, 20 x relu at batch 1
@@ -26,9 +28,12 @@ to see the figures.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 
@@ -44,6 +49,8 @@ pytestmark = pytest.mark.benchmark
 
 ROUNDS = int(os.environ.get("HNDL_BENCHMARK_ROUNDS", "15"))
 REPEATS = 3
+#: Fresh processes per torch.compile case (see test_compiled_mlp_is_within_2_percent_of_compiled_handwritten).
+COMPILE_WORKERS = 3
 MLP = "linear(64)\nrelu()\nlinear(64)\nrelu()\nlinear(10)\n"
 MLP_CONTRACT = {"input_shape": ("B", 32), "output_shape": ("B", 10)}
 RELUS = "relu()\n" * 20
@@ -106,12 +113,12 @@ def _loop(fn, calls: int) -> float:
     return (time.perf_counter_ns() - start) / calls / 1e3  # µs per call
 
 
-def _compare(label, ours, theirs, *, calls, target, warmup_rounds=3, rounds=ROUNDS, repeats=REPEATS):
+def _compare(label, ours, theirs, *, calls, target, warmup_rounds=3, rounds=ROUNDS, repeats=REPEATS, collect=None):
     """Interleaved rounds; returns the median of per-round ratios after printing every figure.
 
     Within a round the two models alternate ``repeats`` times (``calls`` calls each) and each keeps
     its fastest timing, so a preemption by another process that lands in one model's turn does not
-    decide the round.
+    decide the round. ``collect``, a list, receives every per-round ratio.
     """
     for _ in range(warmup_rounds):
         _loop(ours, calls)
@@ -132,6 +139,8 @@ def _compare(label, ours, theirs, *, calls, target, warmup_rounds=3, rounds=ROUN
             ratios.append(a / b)
     hndl_median, hand_median = statistics.median(hndl_times), statistics.median(hand_times)
     ratio = statistics.median(ratios)
+    if collect is not None:
+        collect.extend(ratios)
     print(
         f"\n{label}: hndl {hndl_median:.2f} µs/call, handwritten {hand_median:.2f} µs/call, "
         f"ratio of medians {hndl_median / hand_median:.3f}, median round ratio {ratio:.3f} "
@@ -172,29 +181,14 @@ def test_mlp_batch_32_forward_is_within_3_percent_of_handwritten():
 
 
 # -- torch.compile --------------------------------------------------------------------------------
-def _environmental(error: BaseException) -> bool:
-    """A failure of the C++ toolchain or inductor's own machinery rather than of either model."""
-    text = f"{type(error).__name__}: {error}"
-    return any(word in text for word in ("CppCompileError", "InvalidCxxCompiler", "CalledProcessError",
-                                         "No such file or directory", "compiler", "OpenMP", "omp.h"))
+#: Words in a worker's error that mean the C++ toolchain or inductor's own machinery failed,
+#: rather than either model.
+ENVIRONMENTAL = ("CppCompileError", "InvalidCxxCompiler", "CalledProcessError", "No such file or directory",
+                 "compiler", "OpenMP", "omp.h")
 
 
-@pytest.fixture
-def quiet_dynamo_trace():
-    """Keep torch's structured-trace DEBUG records out of pytest's captured log on failure."""
-    logger = logging.getLogger("torch.__trace")
-    propagate = logger.propagate
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.propagate = propagate
-
-
-@pytest.mark.usefixtures("quiet_dynamo_trace")
-@pytest.mark.parametrize("batch", [1, 32])
-@pytest.mark.parametrize("backend", ["eager", "inductor"])
-def test_compiled_mlp_is_within_2_percent_of_compiled_handwritten(backend, batch):
+def _compiled_rounds(backend: str, batch: int) -> list[float]:
+    """One worker process's share of a torch.compile case: its per-round ratios (printed too)."""
     torch._dynamo.reset()
     model, reference = _pair(MLP, MLP_CONTRACT, _handwritten_mlp)
     model.eval()
@@ -204,22 +198,56 @@ def test_compiled_mlp_is_within_2_percent_of_compiled_handwritten(backend, batch
     ours = torch.compile(model, backend=backend, dynamic=False)
     theirs = torch.compile(reference, backend=backend, dynamic=False)
     start = time.perf_counter()
-    try:
-        with torch.no_grad():
-            compiled_ours = ours(x)
-            middle = time.perf_counter()
-            compiled_theirs = theirs(x)
-    except Exception as error:  # noqa: BLE001 - reported, then re-raised unless environmental
-        if backend == "inductor" and _environmental(error):
-            pytest.skip(f"inductor cannot compile on this machine: {type(error).__name__}: {str(error)[:300]}")
-        raise
+    with torch.no_grad():
+        compiled_ours = ours(x)
+        middle = time.perf_counter()
+        compiled_theirs = theirs(x)
     end = time.perf_counter()
     torch.testing.assert_close(compiled_ours, compiled_theirs)
-    print(f"\ncompile times ({backend}, batch {batch}): hndl {middle - start:.2f} s, handwritten {end - middle:.2f} s")
+    print(f"compile times ({backend}, batch {batch}): hndl {middle - start:.2f} s, handwritten {end - middle:.2f} s")
+    ratios: list[float] = []
     with torch.no_grad():
-        ratio = _compare(f"torch.compile(backend={backend!r}) MLP, batch {batch}, eval/no_grad",
-                         lambda: ours(x), lambda: theirs(x), calls=1000, target=1.02, warmup_rounds=5)
-    torch._dynamo.reset()
+        _compare(f"torch.compile(backend={backend!r}) MLP, batch {batch}, eval/no_grad",
+                 lambda: ours(x), lambda: theirs(x), calls=1000, target=1.02, warmup_rounds=5, collect=ratios)
+    return ratios
+
+
+def _worker_main(backend: str, batch: str) -> int:
+    """``python test_runtime_parity.py <backend> <batch>``: one worker, ratios as a JSON last line."""
+    torch.set_num_threads(1)
+    logging.getLogger("torch.__trace").propagate = False
+    try:
+        ratios = _compiled_rounds(backend, int(batch))
+    except Exception as error:  # noqa: BLE001 - the parent decides whether it is environmental
+        print(json.dumps({"error": f"{type(error).__name__}: {error}"[:2000]}))
+        return 1
+    print(json.dumps({"ratios": ratios}))
+    return 0
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_compiled_mlp_is_within_2_percent_of_compiled_handwritten(backend, batch):
+    """Each of COMPILE_WORKERS fresh processes builds, compiles and times its own pair side by side;
+    the figure is the median of all their per-round ratios. A process's memory layout shifts such a
+    small difference by about a percent either way (two identical compiled ``nn.Sequential`` differ
+    that much in one process), so one process alone cannot resolve a 2 % target; several can (the
+    reason pyperf spawns worker processes)."""
+    pooled: list[float] = []
+    for _ in range(COMPILE_WORKERS):
+        worker = subprocess.run([sys.executable, __file__, backend, str(batch)], capture_output=True, text=True,
+                                timeout=600, cwd=os.path.dirname(os.path.abspath(__file__)))
+        lines = worker.stdout.strip().splitlines()
+        result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"error": worker.stderr[-2000:]}
+        if "error" in result:
+            if backend == "inductor" and any(word in result["error"] for word in ENVIRONMENTAL):
+                pytest.skip(f"inductor cannot compile on this machine: {result['error'][:300]}")
+            pytest.fail(f"benchmark worker failed: {result['error']}")
+        print("\n" + "\n".join(lines[:-1]))
+        pooled.extend(result["ratios"])
+    ratio = statistics.median(pooled)
+    print(f"torch.compile(backend={backend!r}) MLP, batch {batch}: median round ratio over {COMPILE_WORKERS} "
+          f"processes {ratio:.3f} ({len(pooled)} rounds, {min(pooled):.3f}..{max(pooled):.3f}; target <= 1.02)")
     assert ratio <= 1.02
 
 
@@ -284,3 +312,7 @@ def test_wide_mlp_construction_is_within_20_percent_of_handwritten():
         f"{statistics.median(source_ratios):.3f}, not asserted)"
     )
     assert ratio <= 1.2
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(*sys.argv[1:]))
