@@ -12,7 +12,9 @@ each compute dtype float32, float16 and bfloat16:
   dtype first, then widened for the CPU);
 * saving the plan JSON and the state_dict, then restoring (``ResolvedPlan.from_json`` + ``build``
   on cuda + ``load_state_dict``) gives bit-identical outputs;
-* ``device="cuda:99"`` fails with E_RUNTIME before anything is built.
+* ``device="cuda:99"`` fails with E_RUNTIME before anything is built;
+* ``torch.compile`` (eager backend, then inductor in each dtype) matches eager execution on the
+  GPU, retraces after moves to the CPU and back, and still rejects a CPU input with E_RUNTIME.
 
 Tolerances. Forward outputs, element by element (``torch.testing.assert_close``): float32 atol
 1e-4 rtol 1e-4; float16 and bfloat16 atol 5e-2 rtol 5e-2. Gradients (every input and every
@@ -296,3 +298,35 @@ def test_a_missing_cuda_index_is_a_runtime_error():
         build(plan, device="cuda:99", registry=registry)
     assert caught.value.code == "E_RUNTIME"
     assert "cuda:99" in str(caught.value)
+
+
+# -- torch.compile on the GPU -------------------------------------------------------------------
+def test_a_compiled_network_on_cuda_matches_eager_and_follows_device_moves():
+    """The traced program binds the device: a move retraces, and a stray CPU input still fails."""
+    torch._dynamo.reset()
+    registry = Registry.builtins()
+    model = build(resolve("mlp", "float32", registry), device="cuda", registry=registry)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    x = torch.randn(BATCH, 32, device="cuda")
+    torch.testing.assert_close(compiled(x=x)["output"], model(x=x)["output"])
+    with pytest.raises(HNDLError) as caught:
+        torch.compile(model, backend="eager")(x=x.cpu())
+    assert caught.value.code == "E_RUNTIME" and "device" in caught.value.message
+    model.to("cpu")
+    torch.testing.assert_close(compiled(x=x.cpu())["output"], model(x=x.cpu())["output"])
+    model.to("cuda")
+    torch.testing.assert_close(compiled(x=x)["output"], model(x=x)["output"])
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCES))
+def test_an_inductor_compiled_network_on_cuda_matches_eager(dtype):
+    torch._dynamo.reset()
+    registry = Registry.builtins()
+    model = build(resolve("mlp", dtype, registry), device="cuda", registry=registry).eval()
+    x = torch.randn(BATCH, 32, device="cuda", dtype=TORCH_DTYPES[dtype])
+    with torch.no_grad():
+        expected = model(x=x)["output"]
+        compiled = torch.compile(model, fullgraph=True)
+        torch.testing.assert_close(compiled(x=x)["output"], expected, **TOLERANCES[dtype])
+    torch._dynamo.reset()
