@@ -184,3 +184,11 @@ def test_a_forward_patched_onto_the_instance_is_compiled_too():
     model.forward = lambda *args: original(*args) * 0
     compiled = torch.compile(model, backend="eager", fullgraph=True)
     assert torch.count_nonzero(compiled(torch.randn(3, 128))) == 0
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "non-strict"])
+def test_torch_export_captures_the_network(strict):
+    model = network(MLP, device="cpu", **MLP_CONTRACT).eval()
+    x = torch.randn(3, 128)
+    exported = torch.export.export(model, (x,), strict=strict)
+    torch.testing.assert_close(exported.module()(x), model(x))
