@@ -15,8 +15,10 @@ after ``_apply`` (the device is bound into it).
   checked program. Neither path pays for a layer a handwritten module does not have.
 * The traced program (``traced_program``). Under ``torch.compiler.is_compiling()`` forward
   traces the checked program without the cache. It is generated as straight-line code with
-  every contract written as literals, so dynamo evaluates the port checks once while tracing
-  and guards only what a handwritten module needs; the registered-state walk is traced only
+  every contract written out (extents as literals, dtypes and device as keyword defaults), so
+  dynamo evaluates the port checks once while tracing and guards little more than a
+  handwritten module needs; modules of one architecture share its code object, hence one
+  compiled entry. The registered-state walk is traced only
   while a registration hook has marked the state as changed (one guard on that flag). A check
   that fails while tracing raises its HNDLError from a ``torch.compiler.disable``-d call, i.e.
   outside the graph; under ``fullgraph=True`` dynamo reports that call instead, with a reason
@@ -200,9 +202,8 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
     """Compile the checked program for torch.compile into one straight-line function.
 
     Every port check is written out with its extents as literals and its dtype and device as
-    keyword defaults, so under
-    dynamo the checks are evaluated once while tracing and cost no guard beyond the input
-    tensors' own; a failing check calls back into the module for the usual HNDLError. The
+    keyword defaults, so under dynamo the checks are evaluated once while tracing and cost no
+    guard beyond the input tensors' own and those defaults; a failing check calls back into the module for the usual HNDLError. The
     registered-state check is traced only while a registration hook has marked the state as
     changed: dynamo guards on that one flag, the traced check clears it, and the next call
     retraces without it. ``_apply`` regenerates this function (the device is bound into it), so
@@ -298,17 +299,17 @@ def _traced_templates(source: str) -> tuple[types.FunctionType, types.FunctionTy
     """Compile a traced program once per distinct source.
 
     Dynamo guards a traced program by its code object, so modules of one architecture (the same
-    source: contracts and device agree) share one code object and hence one
-    compiled entry; with a code object per module, the ninth such module compiled in a process
-    would exceed dynamo's recompile limit and run uncompiled.
+    source: the same contracts) share one code object and hence one compiled entry; with a code
+    object per module, the ninth such module compiled in a process would exceed dynamo's
+    recompile limit and run uncompiled.
     """
-    space: dict[str, Any] = {"torch": torch, "fail": _outside_graph}
+    space: dict[str, Any] = {"fail": _outside_graph}
     exec(compile(source + "\n", "<hndl traced graph>", "exec"), space)
     return space["traced"], space["traced_positional"]
 
 
-def _instance(template: types.FunctionType, modules: dict[str, Any]) -> types.FunctionType:
-    """The template's code with this module's nodes as keyword defaults (what dynamo reads them from)."""
+def _instance(template: types.FunctionType, defaults: dict[str, Any]) -> types.FunctionType:
+    """The template's code with this module's nodes, device and dtypes as keyword defaults."""
     function = types.FunctionType(template.__code__, template.__globals__, template.__name__)
-    function.__kwdefaults__ = dict(modules)
+    function.__kwdefaults__ = dict(defaults)
     return function
