@@ -18,11 +18,10 @@ after ``_apply`` (the device is bound into it).
   every contract written out (extents as literals, dtypes and device as keyword defaults), so
   dynamo evaluates the port checks once while tracing and guards little more than a
   handwritten module needs; modules of one architecture share its code object, hence one
-  compiled entry. The registered-state walk is traced only
-  while a registration hook has marked the state as changed (one guard on that flag). A check
-  that fails while tracing raises its HNDLError from a ``torch.compiler.disable``-d call, i.e.
-  outside the graph; under ``fullgraph=True`` dynamo reports that call instead, with a reason
-  naming HNDL.
+  compiled entry. The registered-state walk is traced only while a registration hook has
+  marked the state as changed (one guard on that flag). A check that fails while tracing raises
+  its HNDLError from a ``torch.compiler.disable``-d call, i.e. outside the graph; under
+  ``fullgraph=True`` dynamo reports that call instead, with a reason naming HNDL.
 """
 
 from __future__ import annotations
