@@ -183,17 +183,17 @@ class GraphModule(nn.Module):
                 hooked = hooks_registered(self)
             if hooked:
                 return _module_call(self, *args, **kwargs)
-            if kwargs or "forward" in self.__dict__:
-                return self.forward(*args, **kwargs)
-            return self._traced_args(self, args)
-        if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
+            program = self._traced_args
+        elif (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
                 or _global_forward_pre_hooks or _global_forward_hooks or _global_backward_pre_hooks
                 or _global_backward_hooks or self._compiled_call_impl is not None
                 or _Module.__call__ is not _module_call or _tracing_state()):
             return _module_call(self, *args, **kwargs)  # the expression is hooks_registered's, inlined
+        else:
+            program = self._args_call
         if kwargs or "forward" in self.__dict__:  # keyword inputs, or a forward patched onto the instance
             return self.forward(*args, **kwargs)
-        return self._args_call(self, args)
+        return program(self, args)
 
     def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         return self._entry(self, inputs)
