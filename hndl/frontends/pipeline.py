@@ -81,9 +81,15 @@ def _resolve_source(source: Source, input_shape, output_shape, dtype, input_dtyp
     registry = _registry(registry)
     contracts = _contracts(input_shape, output_shape, dtype, input_dtype, registry, checked)
     program = parse_isolated(source, aliases=registry.aliases(), inputs=contracts.input_names)
-    graph = interpret(program, Binder(contracts, max_nodes=checked["max_nodes"]), registry)
-    with using_registry(registry):
-        return resolve_graph(graph, limits=checked)
+    try:
+        graph = interpret(program, Binder(contracts, max_nodes=checked["max_nodes"]), registry)
+        with using_registry(registry):
+            return resolve_graph(graph, limits=checked)
+    except HNDLError as error:
+        if source.file is None or error.location.line is None or error.location.file is not None:
+            raise
+        # A line and column from a file mean little without the file's name.
+        raise error.located(file=source.file).with_traceback(error.__traceback__) from None
 
 
 def _registry(registry: Optional[Registry]) -> Registry:

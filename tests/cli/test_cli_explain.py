@@ -34,7 +34,7 @@ def test_explain_reports_the_error_with_exit_2(cli, specs):
     result = cli("explain", specs.generator, "--input-shape", "B,128", "--output-shape", "B,3,30,30")
     assert result.rc == 2
     assert result.out == ""
-    assert result.err.startswith("E_CONSTRAINT (node n9; line 10, column 1): ")
+    assert result.err.startswith(f"E_CONSTRAINT (node n9; {specs.generator}, line 10, column 1): ")
     assert "\n  remedy: " in result.err and "Traceback" not in result.err
 
 

@@ -146,7 +146,7 @@ def test_a_failing_spec_draws_nothing(cli, specs, tmp_path):
     target = tmp_path / "broken.mmd"
     result = cli("graph", specs.generator, "--input-shape", "B,128", "--output-shape", "B,3,30,30", "-o", target)
     assert result.rc == 2
-    assert result.err.startswith("E_CONSTRAINT (node n9; line 10, column 1)")
+    assert result.err.startswith(f"E_CONSTRAINT (node n9; {specs.generator}, line 10, column 1)")
     assert not target.exists()
 
 

@@ -32,7 +32,7 @@ def test_a_contradiction_is_E_CONSTRAINT_on_stderr_with_exit_2(cli, specs):
         hndl.resolve_file(specs.generator, input_shape=("B", 128), output_shape=("B", 3, 30, 30))
     assert result.err == str(caught.value) + "\n"
     first = result.err.splitlines()[0]
-    assert first.startswith("E_CONSTRAINT (node n9; line 10, column 1): ")
+    assert first.startswith(f"E_CONSTRAINT (node n9; {specs.generator}, line 10, column 1): ")
     assert "would be 3.75" in first
     assert "\n  because: " in result.err
     assert "\n  remedy: Change a literal or a contract so the declared relations agree." in result.err

@@ -534,6 +534,23 @@ def test_errors_of_file_sources_name_the_file(tmp_path):
     assert (error.code, error.location.line, error.location.file) == ("E_SYNTAX", 2, str(path))
 
 
+@pytest.mark.parametrize("text, code", [
+    ("linear(64)\nlinear(5)\n", "E_CONSTRAINT"),       # found while resolving
+    ("linear(64)\nrelu(nowhere)\n", "E_NAME"),          # found while interpreting
+])
+def test_resolution_errors_of_file_sources_name_the_file_too(tmp_path, text, code):
+    path = tmp_path / "model.py"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(HNDLError) as caught:
+        hndl.resolve_file(path, **CONTRACT)
+    error = caught.value
+    assert (error.code, error.location.line, error.location.file) == (code, 2, str(path))
+    assert f"{path}, line 2" in str(error)
+    with pytest.raises(HNDLError) as from_text:
+        hndl.resolve(text, **CONTRACT)
+    assert from_text.value.location.file is None and from_text.value.code == code
+
+
 # ---------------------------------------------------------------------------------------
 # A misbehaving worker: the host validates the protocol and never hangs
 # ---------------------------------------------------------------------------------------
