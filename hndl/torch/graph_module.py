@@ -61,7 +61,7 @@ from ..plan import ResolvedPlan, shape_table
 from . import state_watch
 from .module_hooks import hook_probe, hooks_registered
 from .ports import CONTRACT_REMEDY, Port, Step, describe
-from .programs import autocast_key, fast_program, traced_program
+from .programs import fast_program, signature, traced_program
 from .state_record import record_state, state_difference
 
 #: Validated signatures remembered per module; one more clears them all.
@@ -79,7 +79,6 @@ _module_call = nn.Module.__call__
 #: ``__call__``'s check, as in the fast paths (``hndl.torch.programs``): a plain ``return False``
 #: that dynamo folds to True while tracing.
 _is_dynamo_compiling = torch.compiler.is_dynamo_compiling
-_any_autocast = torch._C._is_any_autocast_enabled
 
 
 # -- the module ------------------------------------------------------------------------------------
@@ -205,20 +204,12 @@ class GraphModule(nn.Module):
             return next(iter(outputs.values()))
         return outputs
 
-    def _signature(self, inputs: Mapping[str, Any]) -> tuple:
-        key: list = []
-        for name in self._input_names:
-            value = inputs[name]
-            key += [value.shape, value.dtype, value.device]
-        key += [self.training, autocast_key() if _any_autocast() else False]
-        return tuple(key)
-
     def _checked_call(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Validate this call's signature: bind, check state, run every port check, remember it."""
         state = self.__dict__
         state["_validations"] += 1
         values, batch = self._bind(inputs)
-        key = self._signature(inputs)
+        key = signature(self, inputs)
         difference = self._state_difference()
         if difference is not None:
             state["_state_dirty"] = True

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 import torch
 
@@ -37,7 +37,7 @@ from .ports import Port
 if TYPE_CHECKING:
     from .graph_module import GraphModule
 
-__all__ = ["fast_program", "traced_program", "autocast_key"]
+__all__ = ["fast_program", "traced_program", "signature"]
 
 #: The fast paths' check: a plain ``return False`` that dynamo folds to True while tracing (a
 #: third of ``is_compiling``'s cost); the slow paths still ask ``is_compiling`` (export too).
@@ -67,6 +67,18 @@ def autocast_key() -> tuple:
     )
 
 
+#: What an input contributes to the signature of a call; the training flag and the autocast state
+#: follow the inputs. ``signature`` and the fast paths' generated key both read it.
+INPUT_FIELDS = ("shape", "dtype", "device")
+
+
+def signature(graph: GraphModule, inputs: Mapping[str, Any]) -> tuple:
+    """The signature of a call with these inputs: the key the fast paths look up."""
+    key = [getattr(inputs[name], field) for name in graph._input_names for field in INPUT_FIELDS]
+    key += [graph.training, autocast_key() if _any_autocast() else False]
+    return tuple(key)
+
+
 def fast_program(graph: GraphModule) -> tuple[Callable, Callable, dict[int, int], tuple]:
     """Compile the fast paths for remembered signatures into straight-line functions.
 
@@ -89,7 +101,7 @@ def fast_program(graph: GraphModule) -> tuple[Callable, Callable, dict[int, int]
         "is_compiling": _is_dynamo_compiling,
     }
     arguments = [f"a{index}" for index in range(len(names))]
-    key = [f"{a}.{field}" for a in arguments for field in ("shape", "dtype", "device")]
+    key = [f"{a}.{field}" for a in arguments for field in INPUT_FIELDS]
     key += ["graph.training", "autocast_key() if any_autocast() else False"]
     signature = f"known = ({', '.join(key)}) in signatures"
     for index, name in enumerate(names):
