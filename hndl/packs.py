@@ -37,6 +37,17 @@ def installed_packs() -> dict[str, metadata.EntryPoint]:
     return dict(_scan(tuple(sys.path)))
 
 
+def installed_first_party() -> tuple[str, ...]:
+    """The first-party packs installed here, in their documented order (what builtins() loads)."""
+    installed = installed_packs()
+    return tuple(name for name in FIRST_PARTY if name in installed)
+
+
+def split_pack_names(text: str) -> tuple[str, ...]:
+    """``"basic, vision"`` -> ``("basic", "vision")``: how every option naming packs is read."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
 @functools.lru_cache(maxsize=8)
 def _scan(search_path: tuple[str, ...]) -> tuple[tuple[str, metadata.EntryPoint], ...]:
     """Entry points for one ``sys.path``: scanning metadata is slow, and only a path change adds packs."""

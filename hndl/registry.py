@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from .declaration import OperatorSpec, operator as declare_operator, spec_of
 from .errors import HNDLError
-from .packs import FIRST_PARTY, installed_packs, load_packs
+from .packs import installed_first_party, load_packs
 
 
 class Registry:
@@ -39,8 +39,7 @@ class Registry:
     @classmethod
     def builtins(cls) -> "Registry":
         """A fresh registry holding every installed first-party pack."""
-        installed = installed_packs()
-        return cls.from_packs(*(name for name in FIRST_PARTY if name in installed))
+        return cls.from_packs(*installed_first_party())
 
     @property
     def packs(self) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from .docs.files import write_pages
 from .docs.diagram import mermaid
 from .errors import CODES, HNDLError
 from .frontends.pipeline import resolve
+from .packs import split_pack_names
 from .plan import shape_table
 from .registry import Registry
 
@@ -115,7 +116,7 @@ class PlanDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         source = "\n".join(self.content)
-        packs = [name.strip() for name in self.options.get("packs", "").split(",") if name.strip()]
+        packs = split_pack_names(self.options.get("packs", ""))
         try:
             registry = Registry.from_packs(*packs) if packs else Registry.builtins()
             plan = resolve(source, input_shape=self._literal_option("input-shape", ...),

@@ -309,7 +309,7 @@ def test_resolving_with_an_explicit_registry_loads_no_pack(monkeypatch):
 
     monkeypatch.setattr(hndl.packs, "installed_packs", forbidden)
     monkeypatch.setattr(hndl.packs, "load_packs", forbidden)
-    monkeypatch.setattr(hndl.registry, "installed_packs", forbidden)
+    monkeypatch.setattr(hndl.registry, "installed_first_party", forbidden)
     monkeypatch.setattr(hndl.registry, "load_packs", forbidden)
     plan = hndl.resolve("linear(64)\nrelu()\nlinear()", input_shape=("B", 128), output_shape=("B", 10),
                         registry=registry)

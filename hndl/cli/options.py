@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 from ..contracts import COMPUTE_DTYPES
 from ..errors import HNDLError
+from ..packs import split_pack_names
 from ..registry import Registry
 
 _INT = re.compile(r"[+-]?\d+\Z")
@@ -112,7 +113,7 @@ def pack_names(values: Optional[Sequence[str]]) -> Optional[tuple[str, ...]]:
     """``--packs a,b --packs c`` -> ``("a", "b", "c")``; None when the option was not given."""
     if values is None:
         return None
-    names = tuple(name.strip() for value in values for name in value.split(",") if name.strip())
+    names = tuple(name for value in values for name in split_pack_names(value))
     if not names:
         raise Failure("--packs names no pack; write e.g. --packs basic,vision")
     return names

@@ -6,7 +6,7 @@ import argparse
 import difflib
 import sys
 
-from ..docs.catalog import all_packs, operator_page
+from ..docs.catalog import all_packs, example_registry, operator_page
 from ..errors import HNDLError
 from ..packs import installed_packs
 from ..registry import Registry
@@ -66,13 +66,13 @@ def _section(name: str, entry, specs) -> str:
 
 def run_catalog(options: argparse.Namespace) -> int:
     packs = pack_names(options.packs) or all_packs()
-    registry = Registry.from_packs(*packs)
+    known = []
     for pack in packs:
         for spec in Registry.from_packs(pack):
             if spec.alias == options.alias:
-                sys.stdout.write(operator_page(spec, pack, registry))
+                sys.stdout.write(operator_page(spec, pack, example_registry(packs)))
                 return 0
-    known = registry.aliases()
+            known.append(spec.alias)
     close = difflib.get_close_matches(options.alias, known, n=3)
     remedies = [f"Did you mean {', '.join(close)}?"] if close else []
     remedies.append("Run `hndl packs` to list every operator, or opt its pack in with --packs.")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .catalog import catalog_pages, default_packs
+from ..packs import split_pack_names
 from .files import stale_pages, write_pages
 
 DEFAULT_OUTPUT = Path("docs") / "operators"
@@ -19,7 +20,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="catalog directory (docs/operators)")
     parser.add_argument("--packs", help="comma-separated packs (default: the installed first-party packs)")
     options = parser.parse_args(argv)
-    packs = tuple(filter(None, options.packs.split(","))) if options.packs else default_packs()
+    packs = split_pack_names(options.packs) if options.packs else default_packs()
     pages = catalog_pages(packs)
     if options.check:
         problems = stale_pages(pages, options.output)

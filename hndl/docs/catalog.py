@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from ..declaration import MISSING, Arg, OperatorSpec
 from ..frontends.pipeline import resolve
-from ..packs import FIRST_PARTY, installed_packs
+from ..packs import FIRST_PARTY, installed_first_party, installed_packs
 from ..plan import format_shape, shape_table
 from ..registry import Registry
 from .diagram import mermaid
@@ -23,24 +23,23 @@ _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "str"}
 
 def default_packs() -> tuple[str, ...]:
     """The first-party packs installed here: what the checked-in catalog documents."""
-    installed = installed_packs()
-    return tuple(name for name in FIRST_PARTY if name in installed)
+    return installed_first_party()
 
 
 def all_packs() -> tuple[str, ...]:
     """Every installed pack, first-party ones first: what the documentation site documents."""
-    installed = installed_packs()
-    return tuple(name for name in FIRST_PARTY if name in installed) + tuple(
-        sorted(name for name in installed if name not in FIRST_PARTY))
+    return installed_first_party() + tuple(sorted(name for name in installed_packs() if name not in FIRST_PARTY))
+
+
+def example_registry(packs: Sequence[str]) -> Registry:
+    """What a page's examples resolve against: ``packs`` plus the installed first-party packs, so
+    a third-party example may use ``linear`` or ``conv`` like any configuration would."""
+    return Registry.from_packs(*dict.fromkeys((*default_packs(), *packs)))
 
 
 def catalog_pages(packs: Sequence[str]) -> dict[str, str]:
-    """``{relative path: Markdown}`` for the index and every operator of ``packs``.
-
-    Examples resolve against ``packs`` plus the installed first-party packs, so a third-party
-    example may use ``linear`` or ``conv`` like any configuration would.
-    """
-    registry = Registry.from_packs(*dict.fromkeys((*default_packs(), *packs)))
+    """``{relative path: Markdown}`` for the index and every operator of ``packs``."""
+    registry = example_registry(packs)
     by_pack = {pack: list(Registry.from_packs(pack)) for pack in packs}
     pages = {INDEX: index_page(by_pack)}
     for pack, specs in by_pack.items():

@@ -62,3 +62,11 @@ def test_an_unknown_pack(cli):
     result = cli("catalog", "linear", "--packs", "nosuch")
     assert result.rc == 2
     assert result.err.startswith("E_REGISTRY (field packs): no operator pack named 'nosuch'")
+
+
+def test_a_page_from_one_pack_resolves_its_examples_like_the_generator(cli):
+    """adaptive_norm's example uses basic's split: the page renders with --packs vision alone, as
+    python -m hndl.docs --packs vision renders it."""
+    result = cli("catalog", "adaptive_norm", "--packs", "vision")
+    assert result.rc == 0, result.err
+    assert result.out == catalog_pages(("vision",))["vision/adaptive_norm.md"]

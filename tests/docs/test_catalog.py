@@ -96,3 +96,9 @@ def test_an_example_that_needs_the_network_is_shown_but_not_resolved():
     page = operator_page(RemoteThing.__hndl_operator__, "test", Registry.builtins())
     assert "remote_thing()" in page and "needs network access" in page
     assert "```text" not in page  # no resolution was attempted (it would fail: the alias is unregistered)
+
+
+def test_pack_names_may_carry_spaces(tmp_path):
+    output = tmp_path / "operators"
+    assert main(["--output", str(output), "--packs", "basic, vision"]) == 0
+    assert (output / "vision" / "conv.md").exists() and (output / "basic" / "linear.md").exists()
