@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .contracts import batch_multiple
 from .declaration import Example, OperatorSpec, spec_of
 from .frontends.pipeline import resolve, resolve_callable
 from .plan import ResolvedPlan, thaw
@@ -135,15 +136,12 @@ def example_callable(example: Example, registry: Registry) -> Callable[..., Any]
 
 
 # -- running a plan -------------------------------------------------------------------------------------
-def _extent(entry: Any) -> int:
-    if isinstance(entry, int):
-        return entry
-    multiple, _, _ = str(entry).partition("*")
-    return BATCH if multiple == "B" else int(multiple) * BATCH
+def _extents(shape: Sequence[Any], symbol: str) -> list[int]:
+    """A port shape at the harness's batch size: ``k*B`` entries of the plan's batch symbol scaled."""
+    return [entry if isinstance(entry, int) else batch_multiple(entry, symbol) * BATCH for entry in shape]
 
 
-def _make_input(shape: Sequence[Any], dtype: str, device: str, generator: torch.Generator) -> torch.Tensor:
-    extents = [_extent(entry) for entry in shape]
+def _make_input(extents: list[int], dtype: str, device: str, generator: torch.Generator) -> torch.Tensor:
     if dtype in ("int64", "int32", "bool"):
         # Small ids are valid for any embedding-like consumer (every vocabulary has at least two).
         values = torch.randint(0, 2, extents, generator=generator)
@@ -219,7 +217,8 @@ def _run(plan: ResolvedPlan, spec: OperatorSpec, registry: Registry, device: str
 
     model = build(plan, device=device, registry=registry, initialization_seed=0)
     generator = torch.Generator().manual_seed(0)
-    inputs = {item["name"]: _make_input(item["shape"], item["dtype"], device, generator) for item in plan.inputs}
+    inputs = {item["name"]: _make_input(_extents(item["shape"], plan.batch), item["dtype"], device, generator)
+              for item in plan.inputs}
     probe = _ReferenceProbe(model, plan, spec) if spec.reference is not None else None
     try:
         for training in (True, False):
@@ -227,7 +226,7 @@ def _run(plan: ResolvedPlan, spec: OperatorSpec, registry: Registry, device: str
             outputs = model(**inputs)
             for item in plan.outputs:
                 value = outputs[item["name"]]
-                expected = [_extent(entry) for entry in item["shape"]]
+                expected = _extents(item["shape"], plan.batch)
                 if list(value.shape) != expected:
                     raise AssertionError(f"{where}: output {item['name']!r} has shape {list(value.shape)}, "
                                          f"the plan says {expected}")

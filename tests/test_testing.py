@@ -37,6 +37,12 @@ def test_a_sound_custom_operator_passes_on_every_device():
     assert devices()[0] == "cpu"
 
 
+def test_an_example_may_name_its_batch_symbol_anything():
+    example = Example("scale(2.0)", ("N", 4), ("N", 4))
+    plan = check_example(declare(examples=(example,)), example)
+    assert plan.batch == "N"
+
+
 def test_every_first_party_example_is_a_case():
     registry = Registry.builtins()
     cases = example_cases([spec.cls for spec in registry])
