@@ -9,8 +9,8 @@ any, apply them, and record a build receipt.
 from __future__ import annotations
 
 import inspect
-from contextlib import nullcontext
-from typing import Any, Mapping, Optional
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
@@ -42,10 +42,8 @@ def parameter_counts(
 ) -> dict[str, Optional[int]]:
     """Parameters per node from a meta-device construction; None where a node cannot be probed."""
     validate_limits(limits)
-    registry = Registry.builtins() if registry is None else registry
-    specs = _specs(plan, registry)
     counts: dict[str, Optional[int]] = {}
-    with using_registry(registry):
+    with active_specs(plan, registry) as specs:
         for node in plan.nodes:
             module = _meta_module(specs[node.id], node, TORCH_DTYPES[plan.dtype])
             counts[node.id] = None if module is None else sum(p.numel() for p in module.parameters())
@@ -68,11 +66,8 @@ def construct(
     target = _device(device)
     if initialization_seed is not None and (type(initialization_seed) is not int or initialization_seed < 0):
         raise HNDLError("E_SCHEMA", f"initialization_seed must be a non-negative int or None, got {initialization_seed!r}", field="initialization_seed")
-    registry = Registry.builtins() if registry is None else registry
-    specs = _specs(plan, registry)
-    dtype = TORCH_DTYPES[plan.dtype]
-    with using_registry(registry):
-        return _construct(plan, module_class, specs, dtype, target, initialization_seed, checked)
+    with active_specs(plan, registry) as specs:
+        return _construct(plan, module_class, specs, TORCH_DTYPES[plan.dtype], target, initialization_seed, checked)
 
 
 def _construct(plan, module_class, specs, dtype, target, initialization_seed, checked) -> GraphModule:
@@ -138,9 +133,14 @@ class BuildReceipt(Mapping):
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-def _specs(plan: ResolvedPlan, registry: Optional[Registry]) -> dict[str, OperatorSpec]:
+@contextmanager
+def active_specs(plan: ResolvedPlan, registry: Optional[Registry]) -> Iterator[dict[str, OperatorSpec]]:
+    """Each node's declaration from ``registry`` (default: the builtins), with that registry active
+    (``hndl.registry.using_registry``) while the caller constructs or runs the nodes."""
     registry = Registry.builtins() if registry is None else registry
-    return {node.id: registry.by_identity(node.op) for node in plan.nodes}
+    specs = {node.id: registry.by_identity(node.op) for node in plan.nodes}
+    with using_registry(registry):
+        yield specs
 
 
 def _device(device: Any) -> torch.device:

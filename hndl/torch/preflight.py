@@ -34,7 +34,7 @@ from ..errors import HNDLError
 from ..limits import validate_limits
 from ..plan import ResolvedPlan
 from ..registry import Registry
-from .build import _device, _meta_module, _port_dtypes, _specs, _state_bytes, build
+from .build import _device, _meta_module, _port_dtypes, _state_bytes, active_specs, build
 
 __all__ = ["dry_run", "preflight"]
 
@@ -59,54 +59,54 @@ def dry_run(
     _check_plan(plan)
     _check_batch(batch)
     checked = validate_limits(limits)
-    specs = _specs(plan, registry)
-    dtype = _torch_dtype(plan.dtype)
-    dtypes = _port_dtypes(plan, specs)
     saved_rng = torch.get_rng_state()
-    try:
-        values = {
-            f"input:{port['name']}": torch.empty(
-                _concrete(port["shape"], plan.batch, batch), dtype=_torch_dtype(port["dtype"]), device="meta")
-            for port in plan.inputs
-        }
-        report: dict[str, Optional[dict[str, tuple]]] = {}
-        state_bytes = 0
-        for node in plan.nodes:
-            expected = {port: _concrete(node.output_shapes[port], plan.batch, batch) for port in node.outputs}
-            produced = dtypes[node.id][1]
-            module = _meta_module(specs[node.id], node, dtype)
-            outputs = None
-            if module is not None:
-                state_bytes += _state_bytes(module)
-                if state_bytes > checked["max_state_bytes"]:
-                    raise HNDLError(
-                        "E_RESOURCE",
-                        f"registered state would reach {state_bytes} bytes at node {node.id!r}, "
-                        f"above max_state_bytes={checked['max_state_bytes']}",
-                        node=node.id,
+    with active_specs(plan, registry) as specs:
+        try:
+            dtype = _torch_dtype(plan.dtype)
+            dtypes = _port_dtypes(plan, specs)
+            values = {
+                f"input:{port['name']}": torch.empty(
+                    _concrete(port["shape"], plan.batch, batch), dtype=_torch_dtype(port["dtype"]), device="meta")
+                for port in plan.inputs
+            }
+            report: dict[str, Optional[dict[str, tuple]]] = {}
+            state_bytes = 0
+            for node in plan.nodes:
+                expected = {port: _concrete(node.output_shapes[port], plan.batch, batch) for port in node.outputs}
+                produced = dtypes[node.id][1]
+                module = _meta_module(specs[node.id], node, dtype)
+                outputs = None
+                if module is not None:
+                    state_bytes += _state_bytes(module)
+                    if state_bytes > checked["max_state_bytes"]:
+                        raise HNDLError(
+                            "E_RESOURCE",
+                            f"registered state would reach {state_bytes} bytes at node {node.id!r}, "
+                            f"above max_state_bytes={checked['max_state_bytes']}",
+                            node=node.id,
+                        )
+                    outputs = _run_meta(module, node, [values[ref] for ref in node.inputs.values()])
+                if outputs is None:
+                    report[node.id] = None
+                    outputs = tuple(
+                        torch.empty(expected[port], dtype=_torch_dtype(produced[port]), device="meta")
+                        for port in node.outputs
                     )
-                outputs = _run_meta(module, node, [values[ref] for ref in node.inputs.values()])
-            if outputs is None:
-                report[node.id] = None
-                outputs = tuple(
-                    torch.empty(expected[port], dtype=_torch_dtype(produced[port]), device="meta")
-                    for port in node.outputs
-                )
-            else:
+                else:
+                    for port, tensor in zip(node.outputs, outputs):
+                        _check_output(node, port, tensor, expected[port], produced[port], "meta")
+                    report[node.id] = {port: tuple(tensor.shape) for port, tensor in zip(node.outputs, outputs)}
                 for port, tensor in zip(node.outputs, outputs):
-                    _check_output(node, port, tensor, expected[port], produced[port], "meta")
-                report[node.id] = {port: tuple(tensor.shape) for port, tensor in zip(node.outputs, outputs)}
-            for port, tensor in zip(node.outputs, outputs):
-                values[f"node:{node.id}/{port}"] = tensor
-        for port in plan.outputs:
-            tensor = values[port["ref"]]
-            want = _concrete(port["shape"], plan.batch, batch)
-            if tuple(tensor.shape) != want:
-                raise HNDLError("E_RUNTIME", f"public output {port['name']!r}: expected shape {list(want)}, "
-                                             f"got {list(tensor.shape)}", field=port["name"])
-        return report
-    finally:
-        torch.set_rng_state(saved_rng)
+                    values[f"node:{node.id}/{port}"] = tensor
+            for port in plan.outputs:
+                tensor = values[port["ref"]]
+                want = _concrete(port["shape"], plan.batch, batch)
+                if tuple(tensor.shape) != want:
+                    raise HNDLError("E_RUNTIME", f"public output {port['name']!r}: expected shape {list(want)}, "
+                                                 f"got {list(tensor.shape)}", field=port["name"])
+            return report
+        finally:
+            torch.set_rng_state(saved_rng)
 
 
 def preflight(

@@ -7,7 +7,7 @@ from torch import nn
 
 import hndl
 from hndl import HNDLError, Registry
-from hndl.torch import build, parameter_counts
+from hndl.torch import build, dry_run, parameter_counts
 
 IMAGE = ("B", 3, 8, 8)
 
@@ -108,6 +108,12 @@ def test_the_parameter_probe_keeps_off_the_file(registry, net_pth, net_reference
     plan = _resolve(kit.net_source(path, sha), registry)
     path.unlink()
     assert parameter_counts(plan, registry=registry) == {"n0": sum(p.numel() for p in net_reference.parameters())}
+
+
+def test_a_dry_run_constructs_a_provider_under_the_registry_it_names(registry, net_pth, kit):
+    path, sha = net_pth
+    plan = _resolve(kit.net_source(path, sha), registry)
+    assert dry_run(plan, registry=registry, batch=3) == {"n0": {"out": (3, 5)}}
 
 
 def test_output_and_component_do_not_apply_to_providers(registry, net_pth, kit):
