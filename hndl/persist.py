@@ -73,8 +73,6 @@ def _digest(value: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
 
 
-
-
 def _is_single_port(plan: ResolvedPlan) -> bool:
     return (
         len(plan.inputs) == 1 and plan.inputs[0]["name"] == "x"
@@ -518,7 +516,7 @@ def _arguments(spec, node: dict) -> dict:
                 # resolution saves normalized values; anything else would re-encode to other bytes and digests
                 raise HNDLError(
                     "E_INTEGRITY",
-                    f"saved argument {name}={value!r} is not in its normalized form {result[name]!r}",
+                    f"saved argument {name}={value!r} is not in its normalized form {thaw(result[name])!r}",
                     node=node["id"], field=name,
                     remedies=("Restore the plan from an unmodified copy.",),
                 )

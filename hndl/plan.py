@@ -223,8 +223,6 @@ class ResolvedPlan(_Frozen):
         return shape_table(self)
 
 
-
-
 # -- shape tables ---------------------------------------------------------------------------
 def format_shape(shape: tuple) -> str:
     return "[" + ", ".join(str(entry) for entry in shape) + "]"

@@ -20,7 +20,6 @@ from .patterns import NodeState, apply_patterns
 from .view import NodeView
 
 
-
 def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
     """Resolve every omitted dimension of ``graph`` or explain why no plan exists."""
     with collector_paused():
@@ -297,5 +296,3 @@ def _bounded(steps: tuple[str, ...]) -> tuple[str, ...]:
     half = MAX_DERIVATION_STEPS // 2
     omitted = len(steps) - 2 * half + 1
     return (*steps[:half], f"... {omitted} more equations of the same chain ...", *steps[-half + 1:])
-
-
