@@ -213,7 +213,7 @@ class _ReferenceProbe:
 
 
 def _run(plan: ResolvedPlan, spec: OperatorSpec, registry: Registry, device: str, where: str) -> None:
-    from .torch import build  # the harness may be imported where only resolution is needed
+    from .torch import build  # hndl.torch (and torch._dynamo with it) loads only once an example runs
 
     model = build(plan, device=device, registry=registry, initialization_seed=0)
     generator = torch.Generator().manual_seed(0)
@@ -348,7 +348,7 @@ class ExampleCase:
         return check_example(self.cls, self.example, registry=self.registry, on=on)
 
     def __str__(self) -> str:
-        return f"{spec_of(self.cls).alias}-{self.index}"
+        return f"{getattr(spec_of(self.cls), 'alias', self.cls.__qualname__)}-{self.index}"
 
 
 def example_cases(operators: Iterable[type], *, registry: Optional[Registry] = None) -> list[ExampleCase]:

@@ -58,7 +58,7 @@ class Symbol:
 class Binder:
     """Graph-building state for one capture or one configuration program."""
 
-    def __init__(self, contracts: Contracts, *, max_nodes: Optional[int] = None) -> None:
+    def __init__(self, contracts: Contracts, *, max_nodes: int) -> None:
         self.contracts = contracts
         self.max_nodes = max_nodes
         self.nodes: list[Node] = []
@@ -79,7 +79,7 @@ class Binder:
         """Record one operator call and return its symbol, or a tuple for several outputs."""
         where = {"line": line, "column": column}
         ordinal = len(self.nodes)
-        if self.max_nodes is not None and ordinal >= self.max_nodes:
+        if ordinal >= self.max_nodes:
             # Checked as nodes are recorded, so a runaway loop in a captured callable fails at
             # the bound instead of growing the graph without limit until resolution counts it.
             raise HNDLError(
