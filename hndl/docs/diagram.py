@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
+from ..graph import Ref
 from ..plan import ResolvedPlan, format_shape
-
-
-def shapes_by_ref(plan: ResolvedPlan) -> dict[str, tuple]:
-    """The resolved shape of every value a reference can name: each input and each node output."""
-    shapes = {f"input:{item['name']}": item["shape"] for item in plan.inputs}
-    for node in plan.nodes:
-        for port, shape in node.output_shapes.items():
-            shapes[f"node:{node.id}/{port}"] = shape
-    return shapes
 
 
 def node_edges(plan: ResolvedPlan) -> list[tuple[str, str, str]]:
     """``(source reference, node id, label)`` per node input; the label is the resolved shape,
     prefixed by the port name when the node reads several."""
-    shapes = shapes_by_ref(plan)
-    return [(ref, node.id, (f"{port} " if len(node.inputs) > 1 else "") + format_shape(shapes[ref]))
+    return [(ref, node.id, (f"{port} " if len(node.inputs) > 1 else "") + format_shape(node.input_shapes[port]))
             for node in plan.nodes for port, ref in node.inputs.items()]
 
 
 def _node_key(ref: str) -> str:
     """``input:x`` -> ``in_x``, ``node:n0/out`` -> ``n0`` (Mermaid identifiers)."""
-    kind, _, rest = ref.partition(":")
-    return f"in_{rest}" if kind == "input" else rest.partition("/")[0]
+    parsed = Ref.parse(ref)
+    return f"in_{parsed.port}" if parsed.node is None else parsed.node
 
 
 def mermaid(plan: ResolvedPlan) -> str:

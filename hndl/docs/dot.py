@@ -8,7 +8,8 @@ node named like an input can never collide with it.
 from __future__ import annotations
 
 from ..plan import ResolvedPlan, format_shape
-from .diagram import node_edges, shapes_by_ref
+from ..graph import Ref
+from .diagram import node_edges
 
 
 def _quote(text: str) -> str:
@@ -18,15 +19,14 @@ def _quote(text: str) -> str:
 
 def _source_key(ref: str) -> str:
     """``input:x`` -> ``input:x``, ``node:n0/out`` -> ``node:n0``."""
-    kind, _, rest = ref.partition(":")
-    return ref if kind == "input" else f"node:{rest.partition('/')[0]}"
+    parsed = Ref.parse(ref)
+    return ref if parsed.node is None else f"node:{parsed.node}"
 
 
 def dot(plan: ResolvedPlan) -> str:
     """DOT text: one ellipse per input and output, one box per node, each edge labelled by its shape."""
     lines = ["digraph plan {", "    rankdir=LR;", '    node [fontname="Helvetica"];',
              '    edge [fontname="Helvetica", fontsize=10];']
-    shapes = shapes_by_ref(plan)
     for item in plan.inputs:
         label = f"{item['name']}\n{format_shape(item['shape'])} {item['dtype']}"
         lines.append(f"    {_quote('input:' + item['name'])} [shape=ellipse, label={_quote(label)}];")
@@ -38,9 +38,8 @@ def dot(plan: ResolvedPlan) -> str:
     for ref, node_id, label in node_edges(plan):
         lines.append(f"    {_quote(_source_key(ref))} -> {_quote('node:' + node_id)} [label={_quote(label)}];")
     for item in plan.outputs:
-        label = format_shape(shapes[item["ref"]]) if item["ref"] in shapes else ""
         lines.append(f"    {_quote(_source_key(item['ref']))} -> {_quote('output:' + item['name'])}"
-                     f" [label={_quote(label)}];")
+                     f" [label={_quote(format_shape(item['shape']))}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
