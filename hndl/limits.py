@@ -7,8 +7,10 @@ source (§7) live here too so every bound has one home.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from types import MappingProxyType
-from typing import Mapping, Optional
+from typing import Iterator, Mapping, Optional
 
 from .errors import HNDLError
 
@@ -20,6 +22,7 @@ DEFAULT_LIMITS: Mapping[str, int] = MappingProxyType(
         "max_elements": 2**40,
         "max_state_bytes": 64 * 2**30,
         "max_iterations": 1_000,
+        "max_node_modules": 4_096,
     }
 )
 
@@ -72,3 +75,23 @@ def merge_bounds(given: Optional[Mapping[str, int]], defaults: Mapping[str, int]
             )
         merged[key] = value
     return MappingProxyType(merged)
+
+
+_IN_FORCE: ContextVar[Mapping[str, int]] = ContextVar("hndl_limits_in_force", default=DEFAULT_LIMITS)
+
+
+@contextmanager
+def limits_in_force(limits: Mapping[str, int]) -> Iterator[None]:
+    """Make validated ``limits`` the ones operator code reads with ``active_limits()`` (resolution,
+    revalidation and construction set them; a relation that does real work, such as tracing a
+    pretrained architecture, bounds that work by them)."""
+    token = _IN_FORCE.set(limits)
+    try:
+        yield
+    finally:
+        _IN_FORCE.reset(token)
+
+
+def active_limits() -> Mapping[str, int]:
+    """The limits of the resolution, revalidation or build in progress (the defaults outside one)."""
+    return _IN_FORCE.get()

@@ -17,6 +17,7 @@ import re
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
+from .bounded_read import read_bounded
 from .collector import collector_paused
 from .construction import check_initialization_record, check_trainability_record
 from .contracts import COMPUTE_DTYPES, INTEGER_DTYPES, PORT_NAME, batch_multiple
@@ -36,6 +37,7 @@ from .plan import (
 )
 
 MAX_PLAN_BYTES = 16 * 2**20
+PLAN_FILE_REMEDY = "Pass the path of a plan written by `hndl resolve --save` or ResolvedPlan.to_json()."
 #: Deepest container nesting a saved plan may use (real plans stay near a dozen levels).
 MAX_PLAN_DEPTH = 64
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -193,6 +195,11 @@ def _restore(text: Any, registry, limits: Optional[Mapping[str, int]]) -> Resolv
     except RecursionError:  # a backstop: the format checks bound every nesting they allow
         raise HNDLError("E_RESOURCE", "plan JSON nests too deeply") from None
     return plan
+
+
+def read_plan_file(path: str) -> bytes:
+    """The bytes of a host-supplied plan file, read bounded and non-blocking (E_SCHEMA if unreadable)."""
+    return read_bounded(path, MAX_PLAN_BYTES, what="the saved plan", remedy=PLAN_FILE_REMEDY)
 
 
 def _schema(message: str, field: Optional[str] = None) -> HNDLError:

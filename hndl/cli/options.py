@@ -147,16 +147,3 @@ def write_text(path: str, text: str) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as error:
         raise Failure(f"cannot write {path}: {error.strerror or error}") from None
-
-
-def read_plan_bytes(path: str, limit: int) -> bytes:
-    """At most ``limit + 1`` bytes of a saved plan; a missing file is E_SCHEMA like resolve_file's."""
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(limit + 1)
-    except OSError as error:
-        reason = "no such file" if isinstance(error, FileNotFoundError) else (error.strerror or type(error).__name__)
-        raise HNDLError(
-            "E_SCHEMA", f"cannot read the saved plan {path!r}: {reason}", file=path,
-            remedies=("Pass the path of a plan written by `hndl resolve --save` or ResolvedPlan.to_json().",),
-        ) from None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..persist import MAX_PLAN_BYTES
+from ..persist import read_plan_file
 from ..plan import ResolvedPlan
-from .options import add_packs_option, read_plan_bytes, registry
+from .options import add_packs_option, registry
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -23,7 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def load_plan(path: str, packs) -> ResolvedPlan:
-    return ResolvedPlan.from_json(read_plan_bytes(path, MAX_PLAN_BYTES), registry=packs)
+    return ResolvedPlan.from_json(read_plan_file(path), registry=packs)
 
 
 def run_diff(options: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from typing import Mapping
 from ..collector import collector_paused
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
+from ..limits import limits_in_force
 from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan, format_shape
 from .facts import Facts, TensorFacts
 from .normalize import normalize_node
@@ -22,7 +23,7 @@ from .view import NodeView
 
 def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
     """Resolve every omitted dimension of ``graph`` or explain why no plan exists."""
-    with collector_paused():
+    with collector_paused(), limits_in_force(limits):
         return _resolve(graph, limits)
 
 

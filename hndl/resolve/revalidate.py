@@ -14,6 +14,7 @@ from ..collector import collector_paused
 from ..contracts import batch_multiple, parse_contracts
 from ..errors import HNDLError
 from ..graph import Graph, Node, Ref, execution_order
+from ..limits import limits_in_force
 from ..plan import ResolvedPlan
 from .facts import Facts, TensorFacts
 from .resolver import _apply, _check_dtypes, _node_state, _tensors
@@ -26,7 +27,7 @@ def revalidate(plan: ResolvedPlan, registry, *, limits: Mapping[str, int]) -> No
     """Raise unless every node of ``plan`` satisfies its operator's declared equations."""
     from ..registry import using_registry  # the registry module imports plans' consumers
 
-    with collector_paused(), using_registry(registry):
+    with collector_paused(), using_registry(registry), limits_in_force(limits):
         _recheck_outside_facts(plan, registry)
         try:
             _revalidate(plan, registry, limits)

@@ -45,7 +45,7 @@ from torch import nn
 
 from ..errors import HNDLError
 from ..limits import validate_limits
-from ..persist import MAX_PLAN_BYTES, from_json
+from ..persist import from_json, read_plan_file
 from ..plan import ResolvedPlan
 from ..registry import Registry
 from .build import build
@@ -156,9 +156,7 @@ def _plan(saved: Any, registry: Registry, limits, checked) -> ResolvedPlan:
         revalidate(saved, registry, limits=checked)
         return saved
     if isinstance(saved, os.PathLike):
-        with open(saved, "rb") as handle:
-            data = handle.read(MAX_PLAN_BYTES + 1)
-        return from_json(data, registry=registry, limits=limits)
+        return from_json(read_plan_file(_path_name(saved)), registry=registry, limits=limits)
     if isinstance(saved, (str, bytes, bytearray)):
         return from_json(saved, registry=registry, limits=limits)
     raise HNDLError(
@@ -166,6 +164,15 @@ def _plan(saved: Any, registry: Registry, limits, checked) -> ResolvedPlan:
         f"restore() needs plan JSON text, bytes, a path or a ResolvedPlan, got {type(saved).__name__}",
         field="saved",
     )
+
+
+def _path_name(path: "os.PathLike") -> str:
+    """The str a host's path object names; a path object that names nothing usable is E_SCHEMA."""
+    try:
+        return os.fsdecode(path)
+    except (TypeError, UnicodeError) as error:
+        raise HNDLError("E_SCHEMA", f"restore() could not read the path object {type(path).__name__}: {error}",
+                        field="saved", remedies=("Pass a pathlib.Path or the plan JSON text.",)) from None
 
 
 def _dtype(dtype: torch.dtype) -> str:

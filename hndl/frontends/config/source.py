@@ -16,11 +16,11 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import stat
 import textwrap
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
+from ...bounded_read import read_bounded
 from ...errors import HNDLError
 from ...limits import SOURCE_BUDGETS, merge_bounds
 
@@ -218,47 +218,6 @@ def load_text(text: str, *, budgets: Optional[Mapping[str, int]] = SOURCE_BUDGET
     return _load(text, budgets, None)
 
 
-def _schema_error(path: str, why: str) -> HNDLError:
-    """An E_SCHEMA failure naming the host-supplied path."""
-    return HNDLError(
-        "E_SCHEMA",
-        f"cannot read configuration file {path!r}: {why}",
-        file=path,
-        remedies=("Pass the path of an existing, readable regular file.",),
-    )
-
-
-def _read_bounded(path: str, limit: int) -> bytes:
-    """Read at most ``limit + 1`` bytes from a regular file, never the whole file first."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise _schema_error(path, "no such file") from None
-    except IsADirectoryError:
-        raise _schema_error(path, "it is a directory") from None
-    except OSError as exc:
-        raise _schema_error(path, exc.strerror or type(exc).__name__) from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise _schema_error(path, "it is a directory")
-        if not stat.S_ISREG(info.st_mode):
-            raise _schema_error(path, "it is not a regular file")
-        chunks, remaining = [], limit + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-    except OSError as exc:
-        raise _schema_error(path, exc.strerror or type(exc).__name__) from None
-    finally:
-        os.close(fd)
-
-
 def _decode(data: bytes, path: str) -> str:
     """Strict UTF-8 decoding; the first bad byte is reported by line and column."""
     try:
@@ -299,7 +258,8 @@ def load_file(
         )
     resolved = resolve_budgets(budgets)
     limit = resolved["max_source_bytes"]
-    data = _read_bounded(name, limit)
+    data = read_bounded(name, limit, what="configuration file",
+                        remedy="Pass the path of an existing, readable regular file.")
     if len(data) > limit:
         raise HNDLError(
             "E_RESOURCE",
