@@ -2,13 +2,17 @@
 
 A .pth holding pickled objects is refused (weights-only loading), a wrong sha256 fails before
 anything is loaded, and a config.json that asks for remote code never has it imported or run:
-``trust_remote_code`` is never enabled. Each checkpoint is made in a temporary directory.
+``trust_remote_code`` is never enabled. A config.json key that would make timm or transformers
+load another file, fetch from the Hub or import code is refused, and a build hashes the bytes
+it loads, so weights swapped in place (size and mtime kept) never load. Each checkpoint is made
+in a temporary directory.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -120,3 +124,105 @@ def test_a_config_asking_for_remote_code_never_runs_it(remote_code_checkpoint, m
         assert model(x=torch.zeros(2, 8, dtype=torch.int64))["output"].shape == (2, 8, 16)
     assert not marker.exists()
     assert "modeling_evil" not in sys.modules and "configuration_evil" not in sys.modules
+
+
+# -- issue 15: nothing in a config.json chooses another file, and a build hashes what it loads ----------------
+def _save_timm_vit(directory: Path) -> Path:
+    import timm
+    from timm.models._hub import save_for_hf
+
+    arguments = dict(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=3, **arguments)
+    save_for_hf(model, str(directory), model_args=arguments, safe_serialization=True)
+    return directory
+
+
+def _save_gpt2(directory: Path) -> Path:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=8)).save_pretrained(directory)
+    return directory
+
+
+def _edit_config(directory: Path, edit) -> None:
+    config = json.loads((directory / "config.json").read_text())
+    edit(config)
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("section, key", [
+    ("model_args", "checkpoint_path"),
+    ("model_args", "pretrained_cfg"),
+    ("model_args", "pretrained"),
+    ("pretrained_cfg", "file"),
+    ("pretrained_cfg", "url"),
+    ("pretrained_cfg", "hf_hub_id"),
+    ("pretrained_cfg", "custom_load"),
+])
+def test_a_timm_config_key_that_would_load_another_file_is_refused(tmp_path, monkeypatch, section, key):
+    directory = _save_timm_vit(tmp_path / "vit")
+    other = tmp_path / "other.pth"
+    torch.save({"anything": torch.zeros(1)}, other)
+    value = {"checkpoint_path": str(other), "pretrained_cfg": "hf-hub:owner/other", "pretrained": True,
+             "file": str(other), "url": "https://example.invalid/w.pth", "hf_hub_id": "owner/other",
+             "custom_load": True}[key]
+    _edit_config(directory, lambda config: config.setdefault(section, {}).__setitem__(key, value))
+    loads = []
+    monkeypatch.setattr(torch, "load", lambda *args, **kwargs: loads.append(args) or {})
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve(f'pretrained("{directory}", output="logits")', input_shape=("B", 3, 32, 32),
+                     output_shape=("B", 3))
+    assert error.value.code == "E_PRETRAINED" and f"{section}.{key}" in error.value.message
+    assert f"Remove {section}.{key}" in " ".join(error.value.remedies)
+    assert loads == []
+
+
+@pytest.mark.parametrize("key, value", [
+    ("use_pretrained_backbone", True),
+    ("quantization_config", {"quant_method": "bitsandbytes", "load_in_8bit": True}),
+    ("attn_implementation", "kernels-community/flash-attn"),
+    ("_attn_implementation", "owner/kernel:attention"),
+    ("backbone", "owner/other-model"),
+])
+def test_a_transformers_config_key_that_would_load_weights_or_code_is_refused(tmp_path, key, value):
+    directory = _save_gpt2(tmp_path / "gpt2")
+    _edit_config(directory, lambda config: config.__setitem__(key, value))
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve(f'pretrained("{directory}")', input_shape=("B", 8), output_shape=("B", 8, 16),
+                     input_dtype="int64")
+    assert error.value.code == "E_PRETRAINED" and f"sets {key}," in error.value.message
+
+
+def test_built_in_attention_and_a_false_custom_load_still_resolve(tmp_path):
+    gpt2 = _save_gpt2(tmp_path / "gpt2")
+    _edit_config(gpt2, lambda config: config.__setitem__("attn_implementation", "eager"))
+    hndl.resolve(f'pretrained("{gpt2}")', input_shape=("B", 8), output_shape=("B", 8, 16), input_dtype="int64")
+    vit = _save_timm_vit(tmp_path / "vit")
+    _edit_config(vit, lambda config: config["pretrained_cfg"].__setitem__("custom_load", False))
+    hndl.resolve(f'pretrained("{vit}", output="logits")', input_shape=("B", 3, 32, 32), output_shape=("B", 3))
+
+
+def _rewrite_in_place_keeping_size_and_mtime(path: Path) -> None:
+    """Swap a weights file's tensor bytes without changing its inode, size or mtime."""
+    before = path.stat()
+    with open(path, "r+b") as handle:
+        handle.seek(-4, os.SEEK_END)  # the last float of the last tensor
+        handle.write(bytes([0x00, 0x00, 0x80, 0x3F]))  # now 1.0
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+def test_weights_swapped_in_place_with_size_and_mtime_kept_never_load(tmp_path):
+    directory = _save_gpt2(tmp_path / "gpt2")
+    contracts = dict(input_shape=("B", 8), output_shape=("B", 8, 16), input_dtype="int64")
+    plan = hndl.resolve(f'pretrained("{directory}")', **contracts)
+    build(plan, device="cpu")  # every cache of the pack now holds this checkpoint
+    _rewrite_in_place_keeping_size_and_mtime(directory / "model.safetensors")
+    with pytest.raises(HNDLError) as error:
+        build(plan, device="cpu")
+    assert error.value.code == "E_PRETRAINED" and "changed after resolution" in error.value.message
+    with pytest.raises(HNDLError) as error:
+        hndl.ResolvedPlan.from_json(plan.to_json())
+    assert error.value.code == "E_CONSTRAINT" and "revision" in error.value.message

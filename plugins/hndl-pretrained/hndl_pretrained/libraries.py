@@ -8,21 +8,24 @@ how to run the model for the selected ``output=``.
 
 Nothing in a checkpoint runs as code: transformers is never asked to trust remote code and
 reads only safetensors; timm builds only architectures it registers itself; a provider is a
-builder the host registered on its registry.
+builder the host registered on its registry. Nothing in a checkpoint chooses another file to
+load either: configuration keys that would make a library load a file, fetch from the Hub or
+import code (:data:`TIMM_REFUSED`, :data:`TRANSFORMERS_REFUSED`) are refused, and the fields
+HNDL reads itself are type-checked, so a malformed one is E_PRETRAINED, never a TypeError.
+Weights reach the libraries only as tensors already read and verified (``sources.Checkpoint``).
 """
 
 from __future__ import annotations
 
 import inspect
-import os
-import tempfile
-from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch import nn
 
-from .sources import CONFIG_NAME, Source, Weights, fail, load_safetensors, load_state_dict_file, require, weight_files
+from hndl import HNDLError
+
+from .sources import Checkpoint, Source, fail, load_state_dict_file, require
 
 #: Named outputs (§9); anything else names a raw attribute of a transformers output.
 NAMED_OUTPUTS = ("features", "pooled", "logits", "embeds")
@@ -33,6 +36,24 @@ _FEATURES_METHOD = {"vision": "get_image_features", "text": "get_text_features"}
 _INPUT_NAME = {"vision": "pixel_values", "text": "input_ids"}
 _KIND_OF_INPUT = {"input_ids": "text", "pixel_values": "vision"}
 _LISTED = 64
+
+#: timm ``pretrained_cfg`` keys that name weights to fetch or a loader to run (refused when set).
+TIMM_REFUSED_CFG = ("hf_hub_id", "hf_hub_filename", "url", "file", "source", "state_dict", "custom_load")
+#: timm ``model_args`` keys that make ``create_model`` load a file or look up another configuration.
+TIMM_REFUSED_ARGS = ("checkpoint_path", "pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "cache_dir",
+                     "pretrained_strict")
+TIMM_REFUSED = tuple(f"pretrained_cfg.{key}" for key in TIMM_REFUSED_CFG) + tuple(
+    f"model_args.{key}" for key in TIMM_REFUSED_ARGS)
+#: transformers configuration keys (at any nesting depth) that make it load weights, code or another
+#: configuration: why each one is refused.
+TRANSFORMERS_REFUSED = {
+    "use_pretrained_backbone": "loads pretrained backbone weights from another checkpoint",
+    "quantization_config": "imports and runs a quantization backend while loading",
+    "backbone": "names a Hub repository or directory whose configuration is loaded (unless a backbone_config "
+                "is given, or it is a timm architecture name inside a timm_backbone configuration)",
+    "attn_implementation": "a Hub kernel reference (owner/repo) downloads and imports kernel code",
+    "_attn_implementation": "a Hub kernel reference (owner/repo) downloads and imports kernel code",
+}
 
 
 def listing(names, limit: int = _LISTED) -> str:
@@ -89,6 +110,7 @@ class TransformersAdapter(Adapter):
         if not isinstance(model_type, str) or model_type not in mapping:
             raise fail(f"{label}: transformers {transformers.__version__} does not know model_type {model_type!r}",
                        "Upgrade transformers, or use a checkpoint of a model type it ships (remote code never runs).")
+        refuse_transformers_keys(config, label)
         try:
             self.config = mapping[model_type].from_dict(dict(config))
         except Exception as error:
@@ -117,21 +139,25 @@ class TransformersAdapter(Adapter):
                        "supports token-id (input_ids) and image (pixel_values) models")
         if self.input_kind == "vision":
             size = getattr(self.tower_config, "image_size", None)
-            size = (size, size) if isinstance(size, int) else tuple(size or ())
+            size = (size, size) if _positive_int(size) else size
             channels = getattr(self.tower_config, "num_channels", 3)
-            if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in (*size, channels)):
-                raise fail(f"{label}: config.json gives no usable image_size/num_channels for a vision model")
+            if not _positive_ints(size, 2) or not _positive_int(channels):
+                raise fail(f"{label}: config.json gives no usable image_size/num_channels for a vision model "
+                           "(image_size: a positive int or two; num_channels: a positive int)")
             self.native_input = (channels, *size)
         else:
             length = getattr(self.tower_config, "max_position_embeddings", None)
-            self.max_length = length if isinstance(length, int) and length > 0 else None
+            self.max_length = length if _positive_int(length) else None
         self._forward_takes = None
 
     def _model_class(self, transformers, model_type: str) -> type:
         if self.output == "logits":
-            names = list(getattr(self.config, "architectures", None) or ())
+            names = getattr(self.config, "architectures", None) or ()
+            if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+                raise fail(f"{self.label}: config.json's architectures is not a list of class names", field="output")
+            names = list(names)
             for name in names:
-                cls = getattr(transformers, name, None) if isinstance(name, str) else None
+                cls = getattr(transformers, name, None)
                 if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel) and isinstance(
                         self.config, cls.config_class):
                     return cls
@@ -154,26 +180,21 @@ class TransformersAdapter(Adapter):
     def construct(self) -> nn.Module:
         try:
             model = self.model_class(self.config)
+        except (HNDLError, MemoryError):
+            raise  # a resource bound stopped construction, or memory ran out: never a config problem
         except Exception as error:
             raise fail(f"{self.label}: {self.model_class.__name__} cannot be built from config.json: "
                        f"{type(error).__name__}: {error}") from None
         return self._drop_other_towers(model.eval())
 
-    def load(self, weights: Weights) -> nn.Module:
-        if weights.directory is not None:
-            return self._from_directory(weights.directory)
-        with tempfile.TemporaryDirectory(prefix="hndl-pretrained-") as scratch:
-            # from_pretrained reads a directory: link the bare file and the configuration into one.
-            os.symlink(os.path.abspath(weights.file), os.path.join(scratch, "model.safetensors"))
-            self.config.to_json_file(os.path.join(scratch, CONFIG_NAME))
-            return self._from_directory(Path(scratch))
-
-    def _from_directory(self, directory: Path) -> nn.Module:
+    def load(self, checkpoint: Checkpoint) -> nn.Module:
+        """The model with the verified tensors: from_pretrained gets a state dict, never a path, so
+        it reads no file (no weights, no adapter configuration) of its own choosing."""
         try:
             with _isolated_rng(), torch.device("cpu"):
                 model, info = self.model_class.from_pretrained(
-                    str(directory), config=self.config, dtype=torch.float32, local_files_only=True,
-                    use_safetensors=True, trust_remote_code=False, output_loading_info=True,
+                    None, config=self.config, state_dict=dict(checkpoint.tensors), dtype=torch.float32,
+                    local_files_only=True, use_safetensors=True, trust_remote_code=False, output_loading_info=True,
                 )
         except Exception as error:
             raise fail(f"{self.label}: transformers cannot load the weights: {type(error).__name__}: {error}") from None
@@ -244,7 +265,11 @@ class TransformersAdapter(Adapter):
 
 # -- timm ------------------------------------------------------------------------------------------------
 def parse_timm_config(config: Mapping[str, Any], label: str) -> tuple[str, dict, dict]:
-    """(architecture, pretrained_cfg, model_args) as timm's own hub loader reads config.json."""
+    """(architecture, pretrained_cfg, model_args) as timm's own hub loader reads config.json.
+
+    Every field read here is type-checked, and a key that would make timm load a file or look
+    up another configuration (:data:`TIMM_REFUSED`) is refused rather than dropped.
+    """
     config = dict(config)
     if "pretrained_cfg" not in config:  # the legacy single-dict form
         pretrained_cfg = dict(config)
@@ -254,10 +279,26 @@ def parse_timm_config(config: Mapping[str, Any], label: str) -> tuple[str, dict,
     pretrained_cfg = config.get("pretrained_cfg")
     model_args = config.get("model_args", {})
     if not isinstance(pretrained_cfg, dict) or not isinstance(model_args, dict):
-        raise fail(f"{label}: config.json has a malformed pretrained_cfg or model_args")
-    pretrained_cfg = dict(pretrained_cfg)
-    for key in ("hf_hub_id", "hf_hub_filename", "url", "file", "source", "state_dict", "custom_load"):
-        pretrained_cfg.pop(key, None)  # nothing is fetched or loaded by timm itself
+        raise fail(f"{label}: config.json has a malformed pretrained_cfg or model_args (each must be an object)")
+    pretrained_cfg, model_args = dict(pretrained_cfg), dict(model_args)
+    for where, keys, given in (("pretrained_cfg", TIMM_REFUSED_CFG, pretrained_cfg),
+                               ("model_args", TIMM_REFUSED_ARGS, model_args)):
+        for key in keys:
+            if given.get(key) not in (None, False, "", [], {}):
+                raise fail(f"{label}: config.json sets {where}.{key}, which would make timm load another file "
+                           "or configuration; weights come only from the checkpoint source itself",
+                           f"Remove {where}.{key} from config.json.")
+        for key in keys:
+            given.pop(key, None)
+    _check_field(label, "num_classes", config.get("num_classes"), lambda v: _positive_int(v) or v == 0,
+                 "a non-negative int")
+    _check_field(label, "pretrained_cfg.input_size", pretrained_cfg.get("input_size"),
+                 lambda v: _positive_ints(v, 3), "three positive ints (C, H, W)")
+    _check_field(label, "pretrained_cfg.fixed_input_size", pretrained_cfg.get("fixed_input_size"),
+                 lambda v: isinstance(v, bool), "true or false")
+    _check_field(label, "model_args.in_chans", model_args.get("in_chans"), _positive_int, "a positive int")
+    _check_field(label, "model_args.img_size", model_args.get("img_size"),
+                 lambda v: _positive_int(v) or _positive_ints(v, 2), "a positive int or two")
     if "num_classes" in config:
         pretrained_cfg["num_classes"] = config["num_classes"]
     if model_args.get("in_chans") is not None:
@@ -267,7 +308,44 @@ def parse_timm_config(config: Mapping[str, Any], label: str) -> tuple[str, dict,
         size = model_args["img_size"]
         size = (size, size) if isinstance(size, int) else tuple(size)
         pretrained_cfg["input_size"] = (pretrained_cfg.get("input_size", (3,))[0], *size)
-    return config.get("architecture"), pretrained_cfg, dict(model_args)
+    return config.get("architecture"), pretrained_cfg, model_args
+
+
+def _positive_int(value: Any) -> bool:
+    return type(value) is int and value > 0
+
+
+def _positive_ints(value: Any, count: int) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == count and all(map(_positive_int, value))
+
+
+def _check_field(label: str, name: str, value: Any, valid: Callable[[Any], bool], expected: str) -> None:
+    """E_PRETRAINED naming ``name`` when a present (non-null) config.json field is malformed."""
+    if value is not None and not valid(value):
+        shown = repr(value)
+        raise fail(f"{label}: config.json field {name} must be {expected}, not "
+                   f"{shown if len(shown) <= 80 else shown[:80] + '...'}", f"Correct {name} in config.json.")
+
+
+def refuse_transformers_keys(config: Mapping[str, Any], label: str, where: str = "") -> None:
+    """E_PRETRAINED for a :data:`TRANSFORMERS_REFUSED` key anywhere in a transformers config.json."""
+    for key, value in config.items():
+        name = f"{where}{key}"
+        if key in TRANSFORMERS_REFUSED and value not in (None, False, "", {}) and not _harmless(key, value, config):
+            raise fail(f"{label}: config.json sets {name}, which {TRANSFORMERS_REFUSED[key]}; a checkpoint loads "
+                       "nothing beyond its own files", f"Remove {name} from config.json.")
+        if isinstance(value, Mapping):
+            refuse_transformers_keys(value, label, f"{name}.")
+
+
+def _harmless(key: str, value: Any, config: Mapping[str, Any]) -> bool:
+    """The refused keys' values that load nothing: built-in attention, a timm name or an unused backbone."""
+    if key in ("attn_implementation", "_attn_implementation"):
+        return isinstance(value, str) and "/" not in value and ":" not in value
+    if key == "backbone":
+        bare = isinstance(value, str) and value.replace("_", "").replace(".", "").replace("-", "").isalnum()
+        return bare and (config.get("model_type") == "timm_backbone" or config.get("backbone_config") is not None)
+    return False
 
 
 class TimmAdapter(Adapter):
@@ -303,6 +381,8 @@ class TimmAdapter(Adapter):
         try:
             model = timm.create_model(self.architecture, pretrained=False,
                                       pretrained_cfg_overlay=self.pretrained_cfg, **self.model_args)
+        except (HNDLError, MemoryError):
+            raise  # a resource bound stopped construction, or memory ran out: never a config problem
         except Exception as error:
             raise fail(f"{self.label}: timm cannot build {self.architecture} from config.json: "
                        f"{type(error).__name__}: {error}") from None
@@ -311,12 +391,10 @@ class TimmAdapter(Adapter):
                        "so it has no logits", field="output")
         return model.eval()
 
-    def load(self, weights: Weights) -> nn.Module:
-        files = weight_files(weights.directory) if weights.directory is not None else [weights.file]
-        state = load_safetensors(files)
+    def load(self, checkpoint: Checkpoint) -> nn.Module:
         with _isolated_rng(), torch.device("cpu"):
             model = self.construct()
-        _strict_load(model, state, self.label)
+        _strict_load(model, checkpoint.tensors, self.label)
         return model
 
     def run(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -352,8 +430,8 @@ class ProviderAdapter(Adapter):
             raise fail(f"{self.label} built {type(module).__name__}, not an nn.Module", field="provider")
         return module
 
-    def load(self, weights: Any) -> nn.Module:
-        state = load_state_dict_file(self.source)
+    def load(self, checkpoint: Optional[Checkpoint]) -> nn.Module:
+        state = load_state_dict_file(self.source)  # verified against sha256= from the bytes it loads
         with _isolated_rng():
             model = self.construct()
         _strict_load(model, state, repr(self.source.text))

@@ -21,14 +21,14 @@ from .libraries import NAMED_OUTPUTS, Adapter, adapter_for
 from .sources import (
     BoundedCache,
     Source,
-    checkpoint_files,
     current_revision,
     fail,
     parse_source,
     present_revision,
     read_config,
+    verified_checkpoint,
 )
-from .tracing import FLOATING, freeze_key, trace_outputs
+from .tracing import FLOATING, bounded_construction, freeze_key, trace_outputs
 
 _TEXT_DTYPES = ("int64", "int32")
 _ADAPTERS = BoundedCache(64)
@@ -258,19 +258,25 @@ class Pretrained(nn.Module):
                     sha256=sha256, layer=layer, layers=tuple(layers), readout=readout)
         parsed = check_arguments(args)
         device = torch.get_default_device()
-        adapter = adapter_for(parsed, read_config(parsed, revision), output=output, component=component,
-                              readout=readout, registry_of=active_registry)
-        if device.type == "meta":
-            model = adapter.construct()  # the architecture only: no checkpoint file is opened
+        label = _label(parsed)
+        if device.type == "meta":  # the architecture only, bounded by the limits in force: no weights are opened
+            adapter = adapter_for(parsed, read_config(parsed, revision), output=output, component=component,
+                                  readout=readout, registry_of=active_registry)
+            with bounded_construction(label):
+                model = adapter.construct()
         else:
             if parsed.is_provider and revision != "sha256:" + parsed.sha256:
                 raise fail(f"revision {revision!r} does not match sha256={parsed.sha256}", field="revision")
-            model = adapter.load(None if parsed.is_provider else checkpoint_files(parsed, revision)).to(device)
+            # Configuration and weights both come from bytes hashed as they were read, never from a cache.
+            checkpoint = None if parsed.is_provider else verified_checkpoint(parsed, revision)
+            adapter = adapter_for(parsed, None if checkpoint is None else checkpoint.config, output=output,
+                                  component=component, readout=readout, registry_of=active_registry)
+            model = adapter.load(checkpoint).to(device)
         for parameter in model.parameters():
             parameter.requires_grad_(False)
         self.model = model.eval()
         self.adapter = adapter
-        self.label = _label(parsed)
+        self.label = label
         self.layer_names = tuple(layers) or ((layer,) if layer else ())
         self.returns_tuple = bool(layers)
         # Plain references (not registered twice): the hooked submodules of self.model.

@@ -17,7 +17,15 @@ Four forms are accepted:
 A local source's ``revision`` is ``sha256:`` plus a digest of its configuration and weight
 files (names and bytes); the bytes are hashed, never deserialized, during resolution. Digests
 are cached per file identity (device, inode, size, modification time), so repeated relation
-sweeps do not hash a checkpoint again.
+sweeps do not hash a checkpoint again. That identity cannot prove the bytes unchanged (a file
+rewritten in place at the same size with its mtime restored keeps it), so a build never trusts
+the cache: it hashes the very bytes it then loads and compares them with the plan's revision.
+
+A path is the host's literal path: no ``~`` expansion happens. Hub owners, repositories and
+revisions follow the Hub's own naming rules (no ``..``, no absolute or empty parts), and every
+file huggingface_hub returns must lie in a commit snapshot of the cache the pack asked for.
+Weight files larger than ``max_state_bytes`` (plus format overhead) are refused by their size,
+before a byte is hashed.
 
 Every failure here is ``E_PRETRAINED``; a missing optional dependency is too, never an
 ImportError.
@@ -29,14 +37,17 @@ import hashlib
 import importlib
 import io
 import json
+import os
 import re
+import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from hndl import HNDLError
+from hndl.limits import active_limits
 
 HUB_PREFIX = "hf://"
 STATE_DICT_SUFFIXES = (".pth", ".pt")
@@ -45,11 +56,19 @@ CONFIG_NAME = "config.json"
 #: A config.json larger than this is not a configuration (and is not read).
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
-_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*\Z")
+#: One part of a Hub repository id (the Hub's rule): alphanumerics, ``-``, ``_`` and ``.``, neither
+#: starting nor ending with ``-`` or ``.``; ``--`` and ``..`` are forbidden; ids are at most 96 long.
+_REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\Z")
+_MAX_REPO_ID = 96
+#: One component of a branch or tag name (git's check-ref-format, restricted to safe characters).
+_REF_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\Z")
+_MAX_REF = 255
 _COMMIT = re.compile(r"[0-9a-f]{40}\Z")
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _CHUNK = 1 << 20
+#: Bytes a weights file may hold beyond its tensors' own: safetensors caps its JSON header at
+#: 100 MB, and a .pth zip archive's records and pickle are far smaller.
+FORMAT_OVERHEAD_BYTES = 100_000_000
 
 INSTALL_REMEDY = "Install the pretrained extra: pip install 'hndl[pretrained]'."
 
@@ -97,46 +116,70 @@ def parse_source(source: str, *, config: str = "", provider: str = "", sha256: s
     if source.startswith(HUB_PREFIX):
         spec = source[len(HUB_PREFIX):]
         repo, at, ref = spec.partition("@")
-        if not _REPO.match(repo):
-            raise fail(f"source {source!r} does not name a repository as hf://owner/repo[@revision]", field="source")
-        if at and not _REF.match(ref):
-            raise fail(f"source {source!r} has an empty or malformed revision after '@'", field="source")
+        if not valid_repo_id(repo):
+            raise fail(f"source {shown(source)} does not name a repository as hf://owner/repo[@revision]",
+                       "Owner and repository use letters, digits, '-', '_' and '.', do not start or end with "
+                       "'-' or '.', contain no '--' or '..', and are at most 96 characters together.",
+                       field="source")
+        if at and not valid_revision(ref):
+            raise fail(f"source {shown(source)} has an empty or malformed revision after '@'",
+                       "Give a commit (40 hex digits) or a branch or tag name: parts of letters, digits, '-', "
+                       "'_' and '.' separated by '/', none empty, none starting with '.', and no '..'.",
+                       field="source")
         _only_for(source, "a .safetensors file", config=config)
         _only_for(source, "a .pth state dict", provider=provider, sha256=sha256)
         return Source(source, "hub", repo=repo, ref=ref or None)
     if "://" in source:
-        raise fail(f"source {source!r} uses an unknown scheme; only hf:// and local paths are accepted",
+        raise fail(f"source {shown(source)} uses an unknown scheme; only hf:// and local paths are accepted",
                    field="source")
-    path = Path(source).expanduser()
+    if "\0" in source or "\0" in config:
+        raise fail(f"source {shown(source)} contains a NUL character, which no path can hold", field="source")
+    path = Path(source)  # the host's literal path: no ~ expansion
     suffix = path.suffix.lower()
     if suffix in STATE_DICT_SUFFIXES:
         _only_for(source, "a .safetensors file", config=config)
         if not provider:
-            raise fail(f"{source!r} is a state dict, which describes no architecture: name a registered "
+            raise fail(f"{shown(source)} is a state dict, which describes no architecture: name a registered "
                        "builder with provider=", "Register one with registry.pretrained_provider(name, build).",
                        field="provider")
         if not sha256:
-            raise fail(f"a .pth source needs sha256= (the file's SHA-256, 64 hex digits); {source!r} has none",
+            raise fail(f"a .pth source needs sha256= (the file's SHA-256, 64 hex digits); {shown(source)} has none",
                        f"Compute it with: sha256sum {source}", field="sha256")
         digest = sha256.lower()
         if not _SHA256.match(digest):
-            raise fail(f"sha256={sha256!r} is not 64 hexadecimal digits", field="sha256")
+            raise fail(f"sha256={shown(sha256)} is not 64 hexadecimal digits", field="sha256")
         return Source(source, "state_dict", path=path, provider=provider, sha256=digest)
     _only_for(source, "a .pth state dict", provider=provider, sha256=sha256)
     if suffix == SAFETENSORS_SUFFIX:
         if not config:
-            raise fail(f"a bare .safetensors file carries no configuration: give config= for {source!r}",
+            raise fail(f"a bare .safetensors file carries no configuration: give config= for {shown(source)}",
                        "Pass config=\"/path/to/config.json\", or point source= at the checkpoint directory.",
                        field="config")
-        return Source(source, "safetensors", path=path, config=Path(config).expanduser())
+        return Source(source, "safetensors", path=path, config=Path(config))
     _only_for(source, "a .safetensors file", config=config)
     return Source(source, "directory", path=path)
+
+
+def valid_repo_id(repo: str) -> bool:
+    """Whether ``repo`` is ``owner/name`` by the Hub's naming rules (so it names no path but its own)."""
+    parts = repo.split("/")
+    return (len(parts) == 2 and len(repo) <= _MAX_REPO_ID and "--" not in repo and ".." not in repo
+            and all(_REPO_PART.match(part) for part in parts))
+
+
+def valid_revision(ref: str) -> bool:
+    """Whether ``ref`` is a commit or a branch/tag name that cannot climb out of the cache's refs/."""
+    if _COMMIT.match(ref):
+        return True
+    parts = ref.split("/")
+    return (len(ref) <= _MAX_REF and ".." not in ref and not ref.endswith(".lock")
+            and all(_REF_PART.match(part) for part in parts))
 
 
 def _only_for(source: str, form: str, **given: str) -> None:
     for name, value in given.items():
         if value:
-            raise fail(f"{name}= applies only to {form}, not to source {source!r}", f"Drop {name}=.", field=name)
+            raise fail(f"{name}= applies only to {form}, not to source {shown(source)}", f"Drop {name}=.", field=name)
 
 
 # -- small caches ----------------------------------------------------------------------------------------
@@ -168,57 +211,122 @@ class BoundedCache:
 
 _DIGESTS = BoundedCache(256)
 _CONFIGS = BoundedCache(256)
+_SHOWN = 200
 
 
-def _identity(path: Path) -> tuple:
+def shown(text: Any) -> str:
+    """``repr`` of a path or source for a message, cut to a bounded length."""
+    text = str(text)
+    return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, FileNotFoundError):
+        return "it does not exist"
+    if isinstance(error, ValueError):  # an embedded NUL, or a path the OS cannot represent
+        return "it is not a valid path"
+    return getattr(error, "strerror", None) or type(error).__name__
+
+
+def _stat(path: Path, what: str) -> os.stat_result:
+    """``stat`` of a host path; a missing, unreadable or unrepresentable path is E_PRETRAINED."""
     try:
-        info = path.stat()
+        return path.stat()
+    except (OSError, ValueError) as error:
+        raise fail(f"cannot read {what} {shown(path)}: {_why(error)}", field="source") from None
+
+
+def _identity(path: Path, what: str) -> tuple:
+    """What the caches key a file by. ctime is in it because no caller can set it back."""
+    info = _stat(path, what)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _chunks(path: Path, what: str) -> Iterator[bytes]:
+    """The bytes of the regular file ``path``, opened non-blocking (a FIFO or device never blocks)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except (OSError, ValueError) as error:
+        raise fail(f"cannot read {what} {shown(path)}: {_why(error)}", field="source") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise fail(f"{what} {shown(path)} is not a regular file", field="source")
+        while chunk := os.read(fd, _CHUNK):
+            yield chunk
     except OSError as error:
-        raise fail(f"cannot read {str(path)!r}: {error.strerror or error}") from None
-    return (str(path.resolve()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        raise fail(f"cannot read {what} {shown(path)}: {_why(error)}", field="source") from None
+    finally:
+        os.close(fd)
 
 
-def file_digest(path: Path) -> str:
+def _read(path: Path, what: str, limit: int) -> tuple[bytes, str]:
+    """The bytes of ``path`` and their SHA-256 (hex), hashed while they are read; over ``limit`` is E_PRETRAINED."""
+    digest, parts, size = hashlib.sha256(), [], 0
+    for chunk in _chunks(path, what):
+        size += len(chunk)
+        if size > limit:
+            raise fail(f"{what} {shown(path)} is larger than {limit} bytes", field="source")
+        digest.update(chunk)
+        parts.append(chunk)
+    return b"".join(parts), digest.hexdigest()
+
+
+def file_digest(path: Path, what: str = "file") -> str:
     """SHA-256 (hex) of a file's bytes, cached per file identity."""
 
     def compute() -> str:
         digest = hashlib.sha256()
-        try:
-            with open(path, "rb") as handle:
-                while chunk := handle.read(_CHUNK):
-                    digest.update(chunk)
-        except OSError as error:
-            raise fail(f"cannot read {str(path)!r}: {error.strerror or error}") from None
+        for chunk in _chunks(path, what):
+            digest.update(chunk)
         return digest.hexdigest()
 
-    return _DIGESTS.get(("sha256", _identity(path)), compute)
+    return _DIGESTS.get(("sha256", _identity(path, what)), compute)
+
+
+def _parse_json(data: bytes, path: Path, what: str) -> dict:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        reason = "too deeply nested" if isinstance(error, RecursionError) else type(error).__name__
+        raise fail(f"{what} {shown(path)} is not valid JSON ({reason})", field="source") from None
+    if not isinstance(value, dict):
+        raise fail(f"{what} {shown(path)} is not a JSON object", field="source")
+    return value
 
 
 def read_json(path: Path, what: str) -> dict:
     """A configuration file as a JSON object, cached per file identity."""
 
     def compute() -> dict:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_CONFIG_BYTES + 1)
-        except OSError as error:
-            raise fail(f"cannot read {what} {str(path)!r}: {error.strerror or error}") from None
-        if len(data) > MAX_CONFIG_BYTES:
-            raise fail(f"{what} {str(path)!r} is larger than {MAX_CONFIG_BYTES} bytes")
-        try:
-            value = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as error:
-            raise fail(f"{what} {str(path)!r} is not valid JSON: {error}") from None
-        if not isinstance(value, dict):
-            raise fail(f"{what} {str(path)!r} is not a JSON object")
-        return value
+        return _parse_json(_read(path, what, MAX_CONFIG_BYTES)[0], path, what)
 
-    return _freeze_json(_CONFIGS.get(("json", _identity(path)), compute))
+    return _freeze_json(_CONFIGS.get(("json", _identity(path, what)), compute))
 
 
 def _freeze_json(value: dict) -> dict:
     """A private deep copy, so a caller editing its configuration never edits the cache."""
     return json.loads(json.dumps(value))
+
+
+def check_weight_sizes(files: list[Path], label: str) -> None:
+    """E_RESOURCE, from the files' sizes alone, when weights could not fit ``max_state_bytes``.
+
+    This runs before any weights file is hashed or read, so a huge (or sparse) file costs a
+    ``stat``, not a pass over its bytes. The allowance is ``max_state_bytes`` of the limits in
+    force plus :data:`FORMAT_OVERHEAD_BYTES` per file, counting the bytes as stored.
+    """
+    budget = active_limits()["max_state_bytes"]
+    total = sum(_stat(path, "weights file").st_size for path in files)
+    allowed = budget + FORMAT_OVERHEAD_BYTES * len(files)
+    if total > allowed:
+        raise HNDLError(
+            "E_RESOURCE",
+            f"the weights of {label} are {total} bytes on disk, above max_state_bytes={budget} plus "
+            f"{FORMAT_OVERHEAD_BYTES} bytes of format overhead per file ({len(files)} file(s)); nothing was hashed",
+            field="source",
+            remedies=("Use a smaller checkpoint, or raise limits['max_state_bytes'] explicitly.",),
+        )
 
 
 # -- resolution: the revision and the configuration -----------------------------------------------------
@@ -238,8 +346,13 @@ def present_revision(source: Source) -> str:
     if source.kind == "hub":
         return _hub_config_path(source.repo, source.ref or None)[1]
     if source.kind == "state_dict":
-        return "sha256:" + file_digest(_existing_file(source.path, "state dict"))
-    return "sha256:" + _local_digest(source)
+        path = _existing_file(source.path, "state dict")
+        check_weight_sizes([path], shown(source.text))
+        return "sha256:" + file_digest(path, "state dict")
+    config, weights = _local_files(source)
+    check_weight_sizes(weights, shown(source.text))
+    return "sha256:" + _combined_digest([(config, file_digest(config, "configuration file"))]
+                                        + [(path, file_digest(path, "weights file")) for path in weights])
 
 
 def read_config(source: Source, revision: str) -> Optional[dict]:
@@ -260,99 +373,139 @@ def read_config(source: Source, revision: str) -> Optional[dict]:
     return read_json(_existing_file(source.config, "configuration file"), "configuration file")
 
 
-def _hub_config_path(repo: str, revision: Optional[str]) -> tuple[Path, str]:
+def _hub():
+    """huggingface_hub and the cache directory every download of this pack names explicitly."""
     hub = require("huggingface_hub")
+    constants = require("huggingface_hub.constants")
+    return hub, Path(constants.HF_HUB_CACHE)
+
+
+def _hub_download(repo: str, filename: str, revision: Optional[str]) -> Path:
+    """One file of ``repo`` at ``revision`` from the Hub cache, checked to be a file of one of its snapshots.
+
+    The path huggingface_hub returns must be ``<cache>/models--owner--name/snapshots/<commit>/<filename>``
+    and, with every link resolved, still lie inside the cache directory.
+    """
+    hub, cache = _hub()
+    path = Path(hub.hf_hub_download(repo, filename, revision=revision, cache_dir=str(cache)))
+    snapshots = cache / ("models--" + repo.replace("/", "--")) / "snapshots"
+    root = os.path.realpath(cache)
+    if (path.parent.parent != snapshots or path.name != filename or not _COMMIT.match(path.parent.name)
+            or os.path.commonpath([root, os.path.realpath(path)]) != root):
+        raise fail(f"huggingface_hub returned a file for hf://{repo} that is not inside a commit snapshot of "
+                   "its cache", "Repair or clear the Hugging Face cache.", field="source")
+    return path
+
+
+def _hub_config_path(repo: str, revision: Optional[str]) -> tuple[Path, str]:
     try:
-        path = Path(hub.hf_hub_download(repo, CONFIG_NAME, revision=revision))
+        path = _hub_download(repo, CONFIG_NAME, revision)
+    except HNDLError:
+        raise
     except Exception as error:  # offline and not cached, unknown repository or revision, network
         where = f"{repo}@{revision}" if revision else repo
         raise fail(
-            f"cannot fetch config.json of hf://{where}: {type(error).__name__}: {error}",
+            f"cannot fetch config.json of hf://{where}: {type(error).__name__}",
             "Check the repository and revision; offline (HF_HUB_OFFLINE=1), download it into the "
             "Hugging Face cache first.",
             field="source",
         ) from None
-    commit = path.parent.name
-    if not _COMMIT.match(commit):
-        raise fail(f"huggingface_hub returned {str(path)!r}, which is not inside a commit snapshot", field="source")
-    return path, commit
+    return path, path.parent.name
 
 
-def _hub_weights(repo: str, commit: str) -> Path:
-    """The snapshot directory of ``commit`` holding its config and safetensors weights.
+def _hub_weights(repo: str, commit: str) -> tuple[Path, list[Path]]:
+    """The configuration and safetensors weight files of ``commit``, from its snapshot.
 
     Files are fetched one by one with ``hf_hub_download`` (which serves them from the cache,
     offline too): ``model.safetensors``, or else the shards a ``model.safetensors.index.json``
     names. Pickled weights are never fetched.
     """
-    hub = require("huggingface_hub")
-
-    def fetch(filename: str) -> Path:
-        return Path(hub.hf_hub_download(repo, filename, revision=commit))
-
     problems = []
     for name in ("model.safetensors", "model.safetensors.index.json"):
         try:
-            path = fetch(name)
+            path = _hub_download(repo, name, commit)
+        except HNDLError:
+            raise
         except Exception as error:  # absent from the repository, or offline and not cached
-            problems.append(f"{name}: {type(error).__name__}: {error}")
+            problems.append(f"{name}: {type(error).__name__}")
             continue
         try:
+            files = [path]
             if name.endswith(".index.json"):
                 shards = read_json(path, "weights index").get("weight_map", {})
-                for shard in sorted(set(shards.values()) if isinstance(shards, dict) else ()):
-                    fetch(shard)
-            fetch(CONFIG_NAME)
+                names = sorted(set(shards.values()) if isinstance(shards, dict) else ())
+                if not all(isinstance(shard, str) and _REPO_PART.match(shard) for shard in names):
+                    raise fail(f"the weights index of hf://{repo}@{commit} names a shard that is not a plain "
+                               "file name", field="source")
+                files = [_hub_download(repo, shard, commit) for shard in names]
+            return _hub_download(repo, CONFIG_NAME, commit), files
         except HNDLError:
             raise
         except Exception as error:
-            raise fail(f"cannot fetch the weights of hf://{repo}@{commit}: {type(error).__name__}: {error}",
+            raise fail(f"cannot fetch the weights of hf://{repo}@{commit}: {type(error).__name__}",
                        "Download the checkpoint into the Hugging Face cache, or build where the Hub is reachable.",
                        field="source") from None
-        return path.parent
     raise fail(f"cannot fetch safetensors weights of hf://{repo}@{commit} ({'; '.join(problems)})",
                "Download the checkpoint into the Hugging Face cache, or build where the Hub is reachable.",
                field="source")
 
 
-def _local_digest(source: Source) -> str:
+def _local_files(source: Source) -> tuple[Path, list[Path]]:
+    """The configuration file and the weight files a local source's revision covers."""
     if source.kind == "directory":
         directory = _existing_directory(source.path)
-        files = [_existing_file(directory / CONFIG_NAME, "config.json")] + weight_files(directory)
-    else:
-        files = [_existing_file(source.config, "configuration file"), _existing_file(source.path, "weights file")]
+        return _existing_file(directory / CONFIG_NAME, "config.json"), weight_files(directory)
+    return _existing_file(source.config, "configuration file"), [_existing_file(source.path, "weights file")]
+
+
+def _combined_digest(files: list[tuple[Path, str]]) -> str:
+    """One digest over (role, name, SHA-256) of the configuration file and then each weights file."""
     digest = hashlib.sha256()
-    for role, path in zip(("config", *["weights"] * (len(files) - 1)), files):
-        digest.update(f"{role}:{path.name}:{file_digest(path)}\n".encode())
+    for index, (path, file_hash) in enumerate(files):
+        digest.update(f"{'config' if index == 0 else 'weights'}:{path.name}:{file_hash}\n".encode())
     return digest.hexdigest()
 
 
 def weight_files(directory: Path) -> list[Path]:
     """The safetensors weight files of a checkpoint directory, by name."""
-    files = sorted(path for path in directory.iterdir() if path.name.endswith(SAFETENSORS_SUFFIX) and path.is_file())
+    try:
+        files = sorted(path for path in directory.iterdir()
+                       if path.name.endswith(SAFETENSORS_SUFFIX) and path.is_file())
+    except OSError as error:
+        raise fail(f"cannot list checkpoint directory {shown(directory)}: {_why(error)}", field="source") from None
     if not files:
-        raise fail(f"checkpoint directory {str(directory)!r} holds no *.safetensors weights",
+        raise fail(f"checkpoint directory {shown(directory)} holds no *.safetensors weights",
                    "Save the checkpoint with safetensors (save_pretrained(..., safe_serialization=True)); "
                    "pickled .bin weights are never loaded.", field="source")
     return files
 
 
+def _kind(path: Path) -> Optional[int]:
+    """The ``st_mode`` of ``path``, or None where it cannot be stat'ed (absent, too long, NUL, ...)."""
+    try:
+        return path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+
+
 def _existing_directory(path: Path) -> Path:
-    if not path.is_dir():
-        what = "is not a directory" if path.exists() else "does not exist"
-        raise fail(f"checkpoint source {str(path)!r} {what}", field="source")
+    mode = _kind(path)
+    if mode is None or not stat.S_ISDIR(mode):
+        what = "does not exist" if mode is None else "is not a directory"
+        raise fail(f"checkpoint source {shown(path)} {what}", field="source")
     return path
 
 
 def _existing_file(path: Path, what: str) -> Path:
-    if not path.is_file():
-        raise fail(f"{what} {str(path)!r} does not exist or is not a file", field="source")
+    mode = _kind(path)
+    if mode is None or not stat.S_ISREG(mode):
+        raise fail(f"{what} {shown(path)} does not exist or is not a file", field="source")
     return path
 
 
 def _sha_mismatch(source: Source, actual: str) -> HNDLError:
     return fail(
-        f"{source.text!r} has SHA-256 {actual}, but sha256= pins {source.sha256}",
+        f"{shown(source.text)} has SHA-256 {actual}, but sha256= pins {source.sha256}",
         "Check that the file is the intended checkpoint, then update sha256= deliberately.",
         field="sha256",
     )
@@ -360,38 +513,65 @@ def _sha_mismatch(source: Source, actual: str) -> HNDLError:
 
 # -- build: the weights ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Weights:
-    """Where a build reads weights: a checkpoint directory, or one safetensors file."""
+class Checkpoint:
+    """What a build loads: the configuration and every weight tensor, parsed from bytes that were
+    hashed as they were read (and, for a local source, matched with the plan's revision)."""
 
-    directory: Optional[Path] = None
-    file: Optional[Path] = None
+    config: dict
+    tensors: dict
 
 
-def checkpoint_files(source: Source, revision: str) -> Weights:
-    """Fetch (Hub) or check (local) the weights of exactly ``revision`` for a build."""
+def verified_checkpoint(source: Source, revision: str) -> Checkpoint:
+    """The configuration and weights of exactly ``revision``, for a build.
+
+    Each file is read once; its SHA-256 is computed from the bytes read, and the tensors are
+    parsed from those same bytes, so a file swapped in place (even one whose size and mtime were
+    restored) fails here instead of loading other weights. Hub files come from the snapshot of
+    the recorded commit.
+    """
     if source.kind == "hub":
-        return Weights(directory=_hub_weights(source.repo, revision))
-    actual = current_revision(source)
-    if actual != revision:
-        raise fail(
-            f"checkpoint {source.text!r} changed after resolution: the plan recorded revision {revision}, "
-            f"the files now hash to {actual}",
-            "Re-resolve the specification to adopt the new checkpoint deliberately.",
-            field="revision",
-        )
-    if source.kind == "directory":
-        return Weights(directory=source.path)
-    return Weights(file=source.path)
+        config_path, weights = _hub_weights(source.repo, revision)
+    else:
+        config_path, weights = _local_files(source)
+    check_weight_sizes(weights, shown(source.text))
+    config_bytes, config_hash = _read(config_path, "configuration file", MAX_CONFIG_BYTES)
+    budget = active_limits()["max_state_bytes"] + FORMAT_OVERHEAD_BYTES
+    contents = [(path, *_read(path, "weights file", budget)) for path in weights]
+    if source.kind != "hub":
+        actual = "sha256:" + _combined_digest([(config_path, config_hash)]
+                                              + [(path, file_hash) for path, _, file_hash in contents])
+        if actual != revision:
+            raise fail(
+                f"checkpoint {shown(source.text)} changed after resolution: the plan recorded revision "
+                f"{revision}, the files now hash to {actual}",
+                "Re-resolve the specification to adopt the new checkpoint deliberately.",
+                field="revision",
+            )
+    config = _parse_json(config_bytes, config_path, "configuration file")
+    return Checkpoint(config=config, tensors=_safetensors_state([(path, data) for path, data, _ in contents]))
+
+
+def _safetensors_state(contents: list[tuple[Path, bytes]]) -> dict:
+    """Every tensor of the given safetensors file contents (names must not repeat across files)."""
+    safetensors_torch = require("safetensors.torch")
+    state: dict = {}
+    for path, data in contents:
+        try:
+            part = safetensors_torch.load(data)
+        except Exception as error:
+            raise fail(f"cannot read safetensors weights {shown(path)}: {type(error).__name__}: {error}") from None
+        repeated = set(part) & set(state)
+        if repeated:
+            raise fail(f"tensor {sorted(repeated)[0]!r} appears in more than one weights file")
+        state.update(part)
+    return state
 
 
 def verified_state_dict_bytes(source: Source) -> bytes:
     """The .pth file's bytes, verified against sha256= immediately before they are deserialized."""
     path = _existing_file(source.path, "state dict")
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise fail(f"cannot read {source.text!r}: {error.strerror or error}") from None
-    actual = hashlib.sha256(data).hexdigest()
+    check_weight_sizes([path], shown(source.text))
+    data, actual = _read(path, "state dict", active_limits()["max_state_bytes"] + FORMAT_OVERHEAD_BYTES)
     if actual != source.sha256:
         raise _sha_mismatch(source, actual)
     return data
@@ -405,28 +585,10 @@ def load_state_dict_file(source: Source) -> dict:
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:
-        raise fail(f"{source.text!r} is not a loadable weights-only state dict: {type(error).__name__}: {error}",
+        raise fail(f"{shown(source.text)} is not a loadable weights-only state dict: {type(error).__name__}: {error}",
                    "Save it with torch.save(model.state_dict(), path).") from None
     if not isinstance(state, Mapping) or not all(
             isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in state.items()):
-        raise fail(f"{source.text!r} does not hold a flat state dict of named tensors",
+        raise fail(f"{shown(source.text)} does not hold a flat state dict of named tensors",
                    "Save it with torch.save(model.state_dict(), path).")
     return dict(state)
-
-
-def load_safetensors(files: list[Path]) -> dict:
-    """Every tensor of the given safetensors files (names must not repeat across files)."""
-    safetensors_torch = require("safetensors.torch")
-    state: dict = {}
-    for path in files:
-        try:
-            part = safetensors_torch.load_file(str(path), device="cpu")
-        except Exception as error:
-            raise fail(f"cannot read safetensors weights {str(path)!r}: {type(error).__name__}: {error}") from None
-        repeated = set(part) & set(state)
-        if repeated:
-            raise fail(f"tensor {sorted(repeated)[0]!r} appears in more than one weights file")
-        state.update(part)
-    return state
-
-

@@ -5,16 +5,26 @@ of the declared shape: no weights are read, no storage is allocated, and since m
 have no values no random number is drawn. Results are cached, because the relation runs on
 every solver sweep; the key covers everything the trace depends on, including the identity of
 a provider's builder and readout.
+
+Meta construction is bounded while it runs (:func:`bounded_construction`): a configuration
+asking for thousands of layers stops with E_RESOURCE at the first submodule past
+``max_node_modules``, or the first parameter or buffer past ``max_state_bytes``, of the
+limits in force, instead of building every layer first. ``MemoryError`` and E_RESOURCE always
+propagate; they never become a "cannot be traced" diagnostic.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import nn
+from torch.nn.modules import module as torch_module
 
 from hndl import HNDLError
+from hndl.limits import active_limits
 
 from .sources import BoundedCache, fail
 
@@ -50,7 +60,7 @@ def _trace(factory, input_shape, dtype, *, label: str, provider: bool) -> tuple[
         with torch.device("meta"), torch.no_grad():
             module = factory()
             result = module(torch.empty(shape, dtype=dtype))
-    except HNDLError:
+    except (HNDLError, MemoryError):
         raise
     except NotImplementedError as error:
         raise fail(f"{label} cannot run on the meta device, so its output shape cannot be traced: {error}") from None
@@ -86,3 +96,58 @@ def _trace(factory, input_shape, dtype, *, label: str, provider: bool) -> tuple[
 def freeze_key(args: Mapping[str, Any]) -> tuple:
     """A hashable form of normalized arguments (tuples stay tuples)."""
     return tuple(sorted(args.items()))
+
+
+@contextmanager
+def bounded_construction(label: str) -> Iterator[None]:
+    """Stop a module construction in this thread as soon as it registers more submodules than
+    ``max_node_modules``, or more parameter and buffer bytes than ``max_state_bytes``.
+
+    PyTorch's registration hooks are global, so each hook counts only registrations made by the
+    thread that entered this block, and both are removed when it exits. Counts are upper
+    bounds: a tensor registered under two names is counted once, a module twice.
+    """
+    limits = active_limits()
+    module_limit, byte_limit = limits["max_node_modules"], limits["max_state_bytes"]
+    owner = threading.get_ident()
+    modules = 0
+    tensors: dict[int, torch.Tensor] = {}  # kept alive so that an id is never reused while counting
+    state_bytes = 0
+
+    def on_module(parent: nn.Module, name: str, child: Any) -> None:
+        nonlocal modules
+        if child is None or threading.get_ident() != owner:
+            return
+        modules += 1
+        if modules > module_limit:
+            raise HNDLError(
+                "E_RESOURCE",
+                f"{label} creates more than max_node_modules={module_limit} submodules (stopped at submodule "
+                f"{modules}, {type(child).__name__} {name!r}); its configuration asks for too large a model",
+                remedies=("Use a smaller checkpoint, or raise limits['max_node_modules'] explicitly.",),
+            )
+
+    def on_tensor(parent: nn.Module, name: str, tensor: Any) -> None:
+        nonlocal state_bytes
+        if not isinstance(tensor, torch.Tensor) or threading.get_ident() != owner or id(tensor) in tensors:
+            return
+        tensors[id(tensor)] = tensor
+        state_bytes += tensor.numel() * tensor.element_size()
+        if state_bytes > byte_limit:
+            raise HNDLError(
+                "E_RESOURCE",
+                f"{label} registers more than max_state_bytes={byte_limit} bytes of parameters and buffers "
+                f"(at least {state_bytes}, reached at {name!r}); its configuration asks for too large a model",
+                remedies=("Use a smaller checkpoint, or raise limits['max_state_bytes'] explicitly.",),
+            )
+
+    handles = [
+        torch_module.register_module_module_registration_hook(on_module),
+        torch_module.register_module_parameter_registration_hook(on_tensor),
+        torch_module.register_module_buffer_registration_hook(on_tensor),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
