@@ -19,6 +19,8 @@ PORT_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 BATCH_MULTIPLE = re.compile(r"\s*\d+\s*\*")
 MULTIPLE_ENTRY = re.compile(r"([1-9][0-9]*)\*(.+)\Z")
 MAX_BATCH_MULTIPLE = 1024
+#: Digits of the largest multiple; a longer spelling is malformed, not merely too large.
+MULTIPLE_DIGITS = len(str(MAX_BATCH_MULTIPLE))
 MAX_PORTS = 32
 
 
@@ -206,20 +208,26 @@ def _input_dtypes(input_dtype: Any, names: list[str], dtype: str) -> dict[str, s
 def batch_multiple(entry: Any, symbol: str, *, field: str = "shape") -> int:
     """k of an internal axis-0 entry: ``symbol`` is 1, ``k*symbol`` is k for 2 <= k <= 1024.
 
-    ``1*B``, ``0*B``, ``B*2``, leading zeros and other symbols are E_SCHEMA; a multiple above
-    1024 is E_RESOURCE. External contracts never carry multiples (``parse_contracts``).
+    ``1*B``, ``0*B``, ``B*2``, leading zeros, other symbols and multiples of more than four
+    digits are E_SCHEMA; a four-digit multiple above 1024 is E_RESOURCE. External contracts
+    never carry multiples (``parse_contracts``).
     """
     if entry == symbol:
         return 1
     match = MULTIPLE_ENTRY.match(entry) if isinstance(entry, str) else None
-    if match is None or match.group(2) != symbol or int(match.group(1)) < 2:
+    # More digits than 1024 has is a spelling no plan writes, and never reaches int(): Python
+    # refuses to convert more than 4300 digits, and a long run would only cost time.
+    digits = match.group(1) if match is not None else ""
+    if match is None or match.group(2) != symbol or len(digits) > MULTIPLE_DIGITS or int(digits) < 2:
+        shown = entry if not isinstance(entry, str) or len(entry) <= 40 else f"{entry[:20]}...{entry[-10:]}"
         raise HNDLError(
             "E_SCHEMA",
-            f"malformed batch entry {entry!r}: write {symbol!r} for one batch or k*{symbol} with 2 <= k <= "
-            f"{MAX_BATCH_MULTIPLE}",
+            f"malformed batch entry {shown!r}: write {symbol!r} for one batch or k*{symbol} with 2 <= k <= "
+            f"{MAX_BATCH_MULTIPLE}, without leading zeros",
             field=field,
+            remedies=(f"Spell axis 0 as {symbol!r} or as k*{symbol}, e.g. 2*{symbol}.",),
         )
-    multiple = int(match.group(1))
+    multiple = int(digits)
     if multiple > MAX_BATCH_MULTIPLE:
         raise HNDLError(
             "E_RESOURCE",

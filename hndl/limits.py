@@ -16,7 +16,9 @@ from .errors import HNDLError
 
 DEFAULT_LIMITS: Mapping[str, int] = MappingProxyType(
     {
-        "max_nodes": 50_000,
+        # A plan must stay within the 16 MiB a saved plan may hold: 10,000 ordinary nodes are
+        # 3-7 MiB, and resolution refuses any plan whose encoding would exceed the bound.
+        "max_nodes": 10_000,
         "max_edges": 200_000,
         "max_dimension": 2**31 - 1,
         "max_elements": 2**40,

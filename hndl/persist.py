@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
@@ -41,6 +42,10 @@ PLAN_FILE_REMEDY = "Pass the path of a plan written by `hndl resolve --save` or 
 #: Deepest container nesting a saved plan may use (real plans stay near a dozen levels).
 MAX_PLAN_DEPTH = 64
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
+#: A JSON escape of a UTF-16 surrogate; canonical text never holds one (it writes characters
+#: as themselves), so only text that does is searched for a lone surrogate.
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 SOURCE_FIELDS = {"line", "column", "policy", "derivations"}
 PLAN_FIELDS = {
     "schema_version", "resolution_version", "frontend", "dtype", "input_dtype", "input_shape",
@@ -96,6 +101,13 @@ def _semantic_record(record: Mapping[str, Any]) -> dict:
 
 def plan_record(plan: ResolvedPlan) -> dict:
     """The saved form of ``plan`` without its digests, ready for ``canonical``."""
+    record = _header_record(plan)
+    record["nodes"] = [_node_record(node) for node in plan.nodes]
+    return record
+
+
+def _header_record(plan: ResolvedPlan) -> dict:
+    """Every saved field of ``plan`` but its nodes and digests."""
     record: dict[str, Any] = {
         "schema_version": plan.schema_version,
         "resolution_version": plan.resolution_version,
@@ -105,7 +117,6 @@ def plan_record(plan: ResolvedPlan) -> dict:
         "input_shape": plan.input_shape,
         "output_shape": plan.output_shape,
         "output_ref": plan.output_ref,
-        "nodes": [_node_record(node) for node in plan.nodes],
     }
     if not _is_single_port(plan):
         record["inputs"] = plan.inputs
@@ -171,6 +182,82 @@ def semantic_digest(plan: ResolvedPlan) -> str:
     return _digest(_semantic_record(plan_record(plan)))
 
 
+# -- the size a plan will have once saved -------------------------------------------------------------
+_DIGEST_PLACEHOLDER = "sha256:" + "0" * 64
+#: Bytes the digests object adds to the encoded fields (both digests are fixed-width).
+DIGESTS_BYTES = len(_with_digests(b"}", _DIGEST_PLACEHOLDER, _DIGEST_PLACEHOLDER)) - 1
+#: Bytes of a node's field names and punctuation around its values.
+NODE_OVERHEAD = len(canonical({field: 0 for field in NODE_FIELDS})) - len(NODE_FIELDS)
+_SHARED_SIZES = {id(DEFAULT_INITIALIZATION): len(canonical(DEFAULT_INITIALIZATION)),
+                 id(DEFAULT_TRAINABILITY): len(canonical(DEFAULT_TRAINABILITY))}
+_WIDE_INT = 10**19  # any int strictly inside +-10**19 is at most 20 characters
+
+
+def require_savable(plan: ResolvedPlan) -> None:
+    """Refuse, at resolution, a plan that could not be saved and restored (§10: 16 MiB, UTF-8).
+
+    Node sizes are bounded without encoding them (``_size_bound``: exact for ASCII text,
+    numbers at their widest, 1.2-1.5x the real size), a walk about half the cost of encoding;
+    only a plan whose bound passes MAX_PLAN_BYTES is encoded to measure it exactly.
+    """
+    node_id = None
+    try:
+        size = len(canonical(_header_record(plan))) + DIGESTS_BYTES + len(',"nodes":[]')
+        for node in plan.nodes:
+            node_id = node.id
+            size += _node_bound(node)
+    except UnicodeEncodeError as error:
+        raise HNDLError(
+            "E_SCHEMA",
+            f"the plan holds the lone surrogate {ascii(error.object[error.start])}, which is not UTF-8 text "
+            "and could never be saved",
+            node=node_id,
+            remedies=("Pass names and text arguments as valid Unicode text.",),
+        ) from None
+    except ValueError as error:  # Python's 4300-digit limit on int -> str
+        raise HNDLError("E_RESOURCE", f"the plan holds an integer too long to save ({error})", node=node_id,
+                        remedies=("Use integers of at most a few dozen digits.",)) from None
+    if size <= MAX_PLAN_BYTES:
+        return
+    exact = len(_body(plan_record(plan))) + DIGESTS_BYTES
+    if exact > MAX_PLAN_BYTES:
+        raise HNDLError(
+            "E_RESOURCE",
+            f"the plan of {len(plan.nodes)} nodes would be saved as {exact} bytes of JSON, above the "
+            f"{MAX_PLAN_BYTES // 2**20} MiB a saved plan may hold (MAX_PLAN_BYTES), so it could not be restored",
+            remedies=("Shrink the graph, or shorten the names and text arguments its nodes repeat.",),
+        )
+
+
+def _node_bound(node: PlanNode) -> int:
+    """At least the bytes ``node`` adds to the saved node list, its comma included."""
+    shared = _SHARED_SIZES
+    initialization, trainability = node.initialization, node.trainability
+    return (
+        NODE_OVERHEAD + 1  # the comma after it in the node list
+        + _size_bound(node.id) + _size_bound(node.op) + _size_bound(node.args) + _size_bound(node.inputs)
+        + _size_bound(node.outputs) + _size_bound(node.input_shapes) + _size_bound(node.output_shapes)
+        + (shared.get(id(initialization)) or _size_bound(initialization))
+        + (shared.get(id(trainability)) or _size_bound(trainability))
+        + _size_bound(node.source) + _size_bound(node.provenance)
+    )
+
+
+def _size_bound(value: Any) -> int:
+    """At least the canonical JSON bytes of plan data ``value``, computed without encoding it."""
+    kind = type(value)
+    if kind is str:
+        text = encode_basestring(value)  # quoted and escaped exactly as the encoder writes it
+        return len(text) if value.isascii() else len(text.encode("utf-8"))
+    if kind is int:
+        return 20 if -_WIDE_INT < value < _WIDE_INT else len(str(value))
+    if kind is tuple or kind is list:
+        return 2 + len(value) + sum(map(_size_bound, value))
+    if kind is MappingProxyType or kind is dict:
+        return 2 + 2 * len(value) + sum(map(_size_bound, value)) + sum(map(_size_bound, value.values()))
+    return 24  # float (repr is at most 24 characters), bool, None
+
+
 # -- restoration --------------------------------------------------------------------------------------
 def from_json(text: Any, *, registry=None, limits: Optional[Mapping[str, int]] = None) -> ResolvedPlan:
     """Restore a saved plan, checking format, versions, digests and every concrete equation."""
@@ -210,22 +297,54 @@ def _schema(message: str, field: Optional[str] = None) -> HNDLError:
 
 
 def _load(text: Any) -> tuple[str, dict]:
-    """The text and its decoded record (duplicate keys are looked for once digests are checked)."""
+    """The text and its decoded record (duplicate keys are looked for once digests are checked).
+
+    Both must be UTF-8 text: a lone surrogate, raw in a ``str`` or as a ``\\udXXX`` escape,
+    can never be encoded again, so it is refused here instead of failing as a UnicodeError later.
+    """
     if isinstance(text, (bytes, bytearray)):
         if len(text) > MAX_PLAN_BYTES:
             raise HNDLError("E_RESOURCE", f"plan JSON is {len(text)} bytes, above the 16 MiB bound")
         try:
             text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError:
-            raise _schema("not UTF-8 text") from None
+        except UnicodeDecodeError as error:
+            raise _schema(f"not UTF-8 text (byte {error.start}: {error.reason})") from None
     if not isinstance(text, str):
         raise _schema(f"expected JSON text, got {type(text).__name__}")
-    if len(text) > MAX_PLAN_BYTES or len(text.encode("utf-8")) > MAX_PLAN_BYTES:
+    if len(text) > MAX_PLAN_BYTES:
+        raise HNDLError("E_RESOURCE", "plan JSON is above the 16 MiB bound")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        raise _schema(f"not UTF-8 text: character {error.start} is the lone surrogate "
+                      f"{ascii(text[error.start])}") from None
+    if size > MAX_PLAN_BYTES:
         raise HNDLError("E_RESOURCE", "plan JSON is above the 16 MiB bound")
     record = _decode(text)
     if not isinstance(record, dict):
         raise _schema("the top level must be an object")
+    if SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogates(record)
     return text, record
+
+
+def _refuse_lone_surrogates(record: dict) -> None:
+    """E_SCHEMA, naming the top-level field, if any key or string below holds a lone surrogate
+    (JSON pairs of escapes decode to one character and pass). Iterative: nesting is unchecked yet."""
+    for field, value in record.items():
+        pending = [field, value]
+        while pending:
+            item = pending.pop()
+            if isinstance(item, str):
+                found = SURROGATE.search(item)
+                if found is not None:
+                    raise _schema(f"{field} holds the lone surrogate {ascii(found.group())}, which is not UTF-8 text",
+                                  field)
+            elif isinstance(item, dict):
+                pending.extend(item)
+                pending.extend(item.values())
+            elif isinstance(item, list):
+                pending.extend(item)
 
 
 def _decode(text: str, *, pairs_hook=None) -> Any:
@@ -311,6 +430,48 @@ def _check_format(record: dict) -> None:
     _expect(isinstance(record["nodes"], list), "nodes must be a list", "nodes")
     for node in record["nodes"]:
         _check_node_format(node)
+    batch = _check_contracts(record)
+    for node in record["nodes"]:
+        _check_node_shapes(node, batch)
+
+
+def _ports(record: dict) -> tuple[Any, Any]:
+    """The saved external inputs and public outputs, or the single-port defaults they stand for."""
+    if "inputs" in record:  # an empty list is malformed, not the single-port default
+        return record["inputs"], record["outputs"]
+    return ([{"name": "x", "shape": record["input_shape"], "dtype": record["input_dtype"]}],
+            [{"name": "output", "ref": record["output_ref"], "shape": record["output_shape"]}])
+
+
+def _check_contracts(record: dict) -> str:
+    """Check the external contracts and return the plan's batch symbol (§3: one, never a multiple)."""
+    inputs, outputs = _ports(record)
+    _check_ports(inputs, ("name", "shape", "dtype"), "inputs")
+    _check_ports(outputs, ("name", "ref", "shape"), "outputs")
+    _expect(inputs[0]["shape"] == record["input_shape"] and inputs[0]["dtype"] == record["input_dtype"]
+            and outputs[0]["shape"] == record["output_shape"] and outputs[0]["ref"] == record["output_ref"],
+            "input_shape/input_dtype/output_shape/output_ref must restate the first input and output", "inputs")
+    if "inputs" in record:
+        _expect(not (len(inputs) == 1 and inputs[0]["name"] == "x" and len(outputs) == 1
+                     and outputs[0]["name"] == "output"),
+                "a single x -> output plan stores no inputs/outputs fields", "inputs")
+    batch = inputs[0]["shape"][0]
+    _expect(isinstance(batch, str) and batch.isidentifier(), "axis 0 of input_shape must be the batch symbol", "input_shape")
+    for port in (*inputs, *outputs):
+        _expect(port["shape"][0] == batch, "every external contract must use the plan's batch symbol", "inputs")
+        _check_extents(port["shape"][1:], "inputs")
+    return batch
+
+
+def _check_node_shapes(node: dict, batch: str) -> None:
+    """Every port shape is a well-spelled batch entry (§3) and positive extents, digests unseen."""
+    for field in ("input_shapes", "output_shapes"):
+        for shape in node[field].values():
+            try:
+                batch_multiple(shape[0], batch, field=field)
+            except HNDLError as error:
+                raise error.located(node=node["id"]) from None
+            _check_extents(shape[1:], field)
 
 
 def _check_node_format(node: Any) -> None:
@@ -393,26 +554,9 @@ def _check_digests(record: dict, text: str) -> None:
 
 
 def _rebuild(record: dict, registry) -> ResolvedPlan:
-    """A ResolvedPlan from a well-formed record; identities must be registered."""
-    if "inputs" in record:  # an empty list is malformed, not the single-port default
-        inputs, outputs = record["inputs"], record["outputs"]
-    else:
-        inputs = [{"name": "x", "shape": record["input_shape"], "dtype": record["input_dtype"]}]
-        outputs = [{"name": "output", "ref": record["output_ref"], "shape": record["output_shape"]}]
-    _check_ports(inputs, ("name", "shape", "dtype"), "inputs")
-    _check_ports(outputs, ("name", "ref", "shape"), "outputs")
-    _expect(inputs[0]["shape"] == record["input_shape"] and inputs[0]["dtype"] == record["input_dtype"]
-            and outputs[0]["shape"] == record["output_shape"] and outputs[0]["ref"] == record["output_ref"],
-            "input_shape/input_dtype/output_shape/output_ref must restate the first input and output", "inputs")
-    if "inputs" in record:
-        _expect(not (len(inputs) == 1 and inputs[0]["name"] == "x" and len(outputs) == 1
-                     and outputs[0]["name"] == "output"),
-                "a single x -> output plan stores no inputs/outputs fields", "inputs")
+    """A ResolvedPlan from a record that passed the format checks; identities must be registered."""
+    inputs, outputs = _ports(record)
     batch = inputs[0]["shape"][0]
-    _expect(isinstance(batch, str) and batch.isidentifier(), "axis 0 of input_shape must be the batch symbol", "input_shape")
-    for port in (*inputs, *outputs):
-        _expect(port["shape"][0] == batch, "every external contract must use the plan's batch symbol", "inputs")
-        _check_extents(port["shape"][1:], "inputs")
     ids = [node["id"] for node in record["nodes"]]
     if len(set(ids)) != len(ids):
         twice = next(node_id for index, node_id in enumerate(ids) if node_id in ids[:index])
@@ -421,10 +565,6 @@ def _rebuild(record: dict, registry) -> ResolvedPlan:
     nodes = []
     for node in record["nodes"]:
         spec = registry.by_identity(node["op"])
-        for field in ("input_shapes", "output_shapes"):
-            for shape in node[field].values():
-                batch_multiple(shape[0], batch, field=field)
-                _check_extents(shape[1:], field)
         in_ports = _declared_order(spec, node)
         # Every value below is built fresh from the decoded record and is already immutable
         # (tuples, mapping proxies over new dicts), so the node can skip freezing it again.

@@ -14,6 +14,7 @@ from ..collector import collector_paused
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
 from ..limits import limits_in_force
+from ..persist import require_savable
 from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan, format_shape
 from .facts import Facts, TensorFacts
 from .normalize import normalize_node
@@ -163,7 +164,7 @@ def _freeze_plan(
             _bound_elements(state.tensor(port), max_elements, {**state.node.where(), "field": port})
     nodes = [_plan_node(state) for state in states]
     contracts = graph.contracts
-    return ResolvedPlan(
+    plan = ResolvedPlan(
         frontend=graph.provenance,
         batch=contracts.batch,
         dtype=contracts.dtype,
@@ -173,6 +174,8 @@ def _freeze_plan(
         ),
         nodes=nodes,
     )
+    require_savable(plan)  # a plan that resolves can always be saved and restored (§10)
+    return plan
 
 
 def _require_complete(states: list[NodeState]) -> None:

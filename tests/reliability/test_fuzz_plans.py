@@ -11,7 +11,10 @@ and a few more, resolved here), the generators produce:
   type swaps, huge and non-positive numbers, deep nesting, swapped and duplicated nodes,
   rewritten references, identities, shapes and construction records;
 * **textual** hostility that cannot be expressed as a record: duplicate keys, NaN/Infinity,
-  nesting thousands of levels deep, numbers with thousands of digits.
+  nesting thousands of levels deep, numbers with thousands of digits;
+* **unicode and digits** (issue 15): lone surrogates in any string or key, as JSON escapes, raw
+  text and raw bytes; digit floods in numeric positions; malformed batch entries (``0*B``,
+  ``B*2``, 5,000 digits, ...) re-signed with valid digests.
 
 Invariant (``conftest.untrusted_call``): ``ResolvedPlan.from_json`` returns a plan or raises
 HNDLError with a catalog code; never another exception, never a hang, never
@@ -304,6 +307,57 @@ def textual(draw):
 
 
 # ---------------------------------------------------------------------------------------------
+# Text that is not UTF-8, digit floods, malformed batch entries (issue 15)
+# ---------------------------------------------------------------------------------------------
+
+LONE_SURROGATES = ["\ud800", "\udbff", "\udc00", "\udfff"]
+MALFORMED_ENTRIES = ["0*B", "B*2", "2*C", "1*B", "02*B", "*B", "2*", "-2*B", "2**B", "2*B*B", "2 * B",
+                     "1" * 5000 + "*B", "0" * 4000 + "2*B", "10000*B", "1025*B"]
+_MARK = "\U000f0000"  # a private-use character no seed plan holds, replaced once encoded
+_FLOOD = 987654321987654321
+
+
+@st.composite
+def unicode_and_digits(draw):
+    """Lone surrogates in any string (escaped, raw text, raw bytes), digit floods in numbers and
+    batch entries, and malformed batch entries re-signed with valid digests."""
+    record = json.loads(PLANS[draw(st.integers(0, len(PLANS) - 1))])
+    kind = draw(st.integers(0, 2))
+    if kind == 0:  # a lone surrogate in a string value or a key, anywhere but the digests
+        strings = [p for p, v in _paths(record) if isinstance(v, str) and p[:1] != ("digests",)]
+        objects = [p for p, v in _paths(record) if isinstance(v, dict) and p[:1] != ("digests",)]
+        if draw(st.booleans()):
+            path = draw(st.sampled_from(strings))
+            value = _get(record, path)
+            at = draw(st.integers(0, len(value)))
+            record = _set(record, path, value[:at] + _MARK + value[at:])
+        else:
+            _get(record, draw(st.sampled_from(objects)))[_MARK] = draw(json_values())
+        text = with_digests(record)
+        surrogate = draw(st.sampled_from(LONE_SURROGATES))
+        form = draw(st.integers(0, 2))
+        if form == 0:
+            return text.replace(_MARK, "\\u%04x" % ord(surrogate))
+        if form == 1:
+            return text.replace(_MARK, surrogate)
+        return text.replace(_MARK, surrogate).encode("utf-8", "surrogatepass")
+    if kind == 1:  # a digit flood in a numeric position, re-signed where Python can still print it
+        numbers = [p for p, v in _paths(record) if type(v) is int and p[:1] != ("digests",)]
+        digits = draw(st.sampled_from([40, 400, 4299, 4300, 4301, 5000, 20_000]))
+        flood = draw(st.sampled_from(["1", "9"])) * digits
+        if digits < 4300 and draw(st.booleans()):
+            return with_digests(_set(record, draw(st.sampled_from(numbers)), int(flood)))
+        return with_digests(_set(record, draw(st.sampled_from(numbers)), _FLOOD)).replace(str(_FLOOD), flood)
+    # a malformed batch entry on one or more port shapes, digests recomputed
+    shapes = [p for p, v in _paths(record) if len(p) == 4 and p[0] == "nodes"
+              and p[2] in ("input_shapes", "output_shapes")]
+    entry = draw(st.sampled_from(MALFORMED_ENTRIES))
+    for path in draw(st.lists(st.sampled_from(shapes), min_size=1, max_size=3)):
+        _get(record, path)[0] = entry
+    return with_digests(record)
+
+
+# ---------------------------------------------------------------------------------------------
 # The invariant
 # ---------------------------------------------------------------------------------------------
 
@@ -351,6 +405,19 @@ def test_byte_mutated_plans_load_or_fail_with_a_code(support, saved):
 @NORMAL
 @given(saved=textual())
 def test_textually_hostile_plans_load_or_fail_with_a_code(support, saved):
+    check_plan(support, saved)
+
+
+@NORMAL
+@given(saved=unicode_and_digits())
+def test_plans_with_lone_surrogates_digit_floods_or_malformed_batches_fail_with_a_code(support, saved):
+    check_plan(support, saved)
+
+
+@pytest.mark.fuzz
+@LONG
+@given(saved=unicode_and_digits())
+def test_fuzz_lone_surrogates_digit_floods_and_malformed_batches(support, saved):
     check_plan(support, saved)
 
 
