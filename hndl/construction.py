@@ -36,6 +36,7 @@ __all__ = [
     "TWO_DIMENSIONAL_SCHEMES",
     "MAX_ENTRIES",
     "MAX_PATH_CHARS",
+    "NORMAL_REACH",
     "INIT_V1",
     "INIT_V2",
     "InitScheme",
@@ -131,6 +132,11 @@ MAX_PATH_CHARS = 256
 
 INIT_V1 = "torch_default@1"
 INIT_V2 = "torch_default@2"
+
+#: How many standard deviations from its mean a normal draw may land, for the finiteness checks:
+#: torch draws normals by a Box-Muller transform of uniforms of at most 53 bits, which reaches
+#: about 8.6. A normal-based scheme is accepted only where mean +- 9 * std is finite.
+NORMAL_REACH = 9.0
 
 _STRING_KEYWORDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"mode": FAN_MODES, "nonlinearity": NONLINEARITIES}
@@ -292,7 +298,23 @@ def _normalize_scheme_kwargs(
 
 
 def _check_scheme_domain(kind: str, values: Mapping[str, Any], *, node, field) -> None:
-    """Argument relations the torch routine requires, checked before any build."""
+    """Argument relations the torch routine requires, checked before any build.
+
+    Besides each routine's own preconditions, a scheme must be able to write finite values in
+    float32, the widest compute dtype. The backend repeats that check for the plan's compute
+    dtype and each parameter's shape (which fan-based bounds depend on) before it initializes
+    any node.
+    """
+    if kind in ("xavier_uniform", "xavier_normal") and not values["gain"] >= 0.0:
+        spread = "bound" if kind == "xavier_uniform" else "standard deviation"
+        raise _error(
+            "E_INITIALIZATION",
+            f"{kind}(gain={values['gain']!r}) needs gain >= 0: torch.nn.init.{SCHEME_ROUTINES[kind]} "
+            f"refuses a negative gain, which would make the {spread} of its draw negative",
+            node=node,
+            field=f"{field}.gain",
+            remedy="Give a non-negative gain (only orthogonal() accepts a negative one).",
+        )
     if kind == "normal" and not values["std"] >= 0.0:
         raise _error(
             "E_INITIALIZATION",
@@ -325,6 +347,26 @@ def _check_scheme_domain(kind: str, values: Mapping[str, Any], *, node, field) -
             node=node,
             field=f"{field}.a",
             remedy="Give a lower bound a that is not above the upper bound b.",
+        )
+    if kind == "normal":
+        reach = abs(values["mean"]) + NORMAL_REACH * values["std"]
+        if reach > _FLT_MAX:
+            raise _error(
+                "E_INITIALIZATION",
+                f"normal(mean={values['mean']!r}, std={values['std']!r}) draws values up to |mean| + "
+                f"{NORMAL_REACH:g} * std = {reach:.4g}, beyond the largest float32 value {_FLT_MAX!r}",
+                node=node,
+                field=f"{field}.std",
+                remedy=f"Keep |mean| + {NORMAL_REACH:g} * std at most {_FLT_MAX!r}.",
+            )
+    if kind == "uniform" and values["b"] - values["a"] > _FLT_MAX:
+        raise _error(
+            "E_INITIALIZATION",
+            f"uniform(a={values['a']!r}, b={values['b']!r}) spans {values['b'] - values['a']:.4g}, more than "
+            f"the largest float32 value {_FLT_MAX!r}, which torch.nn.init.uniform_ refuses",
+            node=node,
+            field=f"{field}.a",
+            remedy=f"Narrow the bounds so that b - a is at most {_FLT_MAX!r}.",
         )
 
 

@@ -22,7 +22,7 @@ DEFAULT_LIMITS: Mapping[str, int] = MappingProxyType(
         "max_edges": 200_000,
         "max_dimension": 2**31 - 1,
         "max_elements": 2**40,
-        "max_state_bytes": 64 * 2**30,
+        "max_state_bytes": 64 * 2**30,  # a build lowers this default to the target device's memory
         "max_iterations": 1_000,
         "max_node_modules": 4_096,
     }

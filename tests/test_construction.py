@@ -487,3 +487,66 @@ def test_construction_imports_no_torch():
         elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0:
             imported.add(stmt.module.split(".")[0])
     assert "torch" not in imported
+
+
+# --- scheme keywords every compute dtype can apply (issue 15, item 5) ----------------------------
+
+
+@pytest.mark.parametrize("name", ["xavier_uniform", "xavier_normal"])
+def test_a_negative_xavier_gain_is_refused_where_it_is_written(name):
+    with raises("E_INITIALIZATION") as info:
+        getattr(c, name)(gain=-1.0)
+    assert info.value.location.field == f"{name}.gain"
+    assert "gain >= 0" in info.value.message and "non-negative gain" in info.value.remedies[0]
+    with raises("E_INITIALIZATION") as info:
+        make_scheme(name, {"gain": -1e-30}, node="proj")
+    assert info.value.location.node == "proj"
+    assert getattr(c, name)(gain=0.0).kwargs["gain"] == 0.0
+    assert c.orthogonal(gain=-1.0).kwargs["gain"] == -1.0  # a sign flip is a valid orthogonal matrix
+
+
+@pytest.mark.parametrize("kwargs", [{"mean": 3e38, "std": 3e38}, {"std": 3e38}, {"mean": -3e38, "std": 1e37}])
+def test_a_normal_scheme_that_cannot_stay_finite_in_float32_is_refused(kwargs):
+    with raises("E_INITIALIZATION") as info:
+        c.normal(**kwargs)
+    assert info.value.location.field == "normal.std"
+    assert f"|mean| + {c.NORMAL_REACH:g} * std" in info.value.message
+    assert "largest float32 value" in info.value.message
+    c.normal(mean=3e38, std=0.0)
+    c.normal(std=3e38 / c.NORMAL_REACH)
+
+
+def test_a_uniform_range_wider_than_float32_is_refused():
+    with raises("E_INITIALIZATION") as info:
+        c.uniform(a=-3e38, b=3e38)
+    assert "b - a" in info.value.remedies[0]
+    c.uniform(a=-1.7e38, b=1.7e38)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"kind": "xavier_uniform", "gain": -1.0},
+        {"kind": "xavier_normal", "gain": -2.0},
+        {"kind": "normal", "mean": 3.0000000054977558e38, "std": 3.0000000054977558e38},
+    ],
+)
+def test_a_saved_record_no_build_could_apply_fails_on_load(record):
+    with raises("E_INITIALIZATION"):
+        check_initialization_record({"kind": "torch_default@2", "overrides": {"weight": record}})
+
+
+def test_a_negative_gain_fails_at_resolution_in_both_frontends():
+    import hndl
+    from hndl import ops
+
+    contract = {"input_shape": ("B", 8), "output_shape": ("B", 4)}
+    with raises("E_INITIALIZATION") as info:
+        hndl.resolve('linear(init={"weight": xavier_uniform(gain=-1.0)})', **contract)
+    assert (info.value.location.line, info.value.location.column) == (1, 24)
+
+    def fn(x):
+        ops.linear(init={"weight": hndl.xavier_normal(gain=-1.0)})
+
+    with raises("E_INITIALIZATION"):
+        hndl.resolve_callable(fn, **contract)

@@ -267,3 +267,33 @@ def test_state_budget_is_checked_on_the_meta_device_only():
     devices.clear()
     build(plan, device="cpu", registry=registry, limits={"max_state_bytes": 4000})
     assert devices == ["meta", "cpu"]
+
+
+# -- max_node_modules (issue 15, item 15) ----------------------------------------------------------------
+#: 8 modules: the block, conv1, bn1, conv2, bn2, and the projection (a Sequential of a conv and a bn).
+RESIDUAL = "residual_block(8, stride=2)"
+IMAGE = {"input_shape": ("B", 4, 8, 8), "output_shape": ("B", 8, 4, 4)}
+
+
+def test_max_node_modules_defaults_to_4096_and_is_a_positive_int():
+    assert DEFAULT_LIMITS["max_node_modules"] == 4096
+    assert validate_limits({"max_node_modules": 7})["max_node_modules"] == 7
+    for bad in (0, -1, 1.5, True):
+        with raises("E_SCHEMA"):
+            validate_limits({"max_node_modules": bad})
+
+
+def test_every_construction_entry_point_enforces_max_node_modules():
+    plan = hndl.resolve(RESIDUAL, **IMAGE)
+    tight = {"max_node_modules": 7}
+    calls = {
+        "build": lambda limits: build(plan, device="cpu", limits=limits),
+        "parameter_counts": lambda limits: parameter_counts(plan, limits=limits),
+        "network": lambda limits: network(RESIDUAL, **IMAGE, device="cpu", limits=limits),
+    }
+    for name, call in calls.items():
+        with raises("E_RESOURCE") as caught:
+            call(tight)
+        assert caught.value.location.node == "n0", name
+        assert "limits['max_node_modules']=7" in caught.value.message
+        call({"max_node_modules": 8})

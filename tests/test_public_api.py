@@ -27,7 +27,7 @@ INITIALIZERS = [
 SUBMODULES = {
     "construction", "contracts", "declaration", "errors", "frontends", "graph", "limits", "packs",
     "collector", "inspection", "persist", "plan", "registry", "resolve", "shape_dsl", "torch",
-    "testing", "docs", "sphinx", "cli",  # the documented additions of the catalog issue: the harness and the page generator
+    "bounded_read", "testing", "docs", "sphinx", "cli",  # the documented additions of the catalog issue: the harness and the page generator
 }
 TORCH_API = [
     "build", "parameter_counts", "network", "network_file", "network_from_callable", "restore", "dry_run", "preflight",

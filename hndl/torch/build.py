@@ -4,20 +4,29 @@ Order of work: look up every operator by exact identity, bound registered storag
 allocation-free meta-device pass, construct each node under the target device in the chosen
 RNG scope, cast to the compute dtype, verify every init/trainability target before touching
 any, apply them, and record a build receipt.
+
+Two budgets bound what a plan can make construction do. ``limits['max_node_modules']`` stops a
+node's constructor at the first module past the bound, on the meta device and for real.
+``limits['max_state_bytes']`` is checked by the meta pass before anything is allocated; its default
+follows the target device's memory (``state_budget``). An allocation that fails anyway is
+E_RESOURCE naming the node, and whatever the build had made is released.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_module_registration_hook
 
 from ..declaration import OperatorSpec
 from ..errors import HNDLError
-from ..limits import validate_limits
+from ..limits import limits_in_force, validate_limits
 from ..plan import PlanNode, ResolvedPlan
 from ..registry import Registry, using_registry
 from .graph_module import GraphModule
@@ -40,12 +49,15 @@ def build(
 def parameter_counts(
     plan: ResolvedPlan, *, registry: Optional[Registry] = None, limits: Optional[Mapping[str, int]] = None
 ) -> dict[str, Optional[int]]:
-    """Parameters per node from a meta-device construction; None where a node cannot be probed."""
-    validate_limits(limits)
+    """Parameters per node from a meta-device construction; None where a node cannot be probed.
+
+    A node registering more than ``limits['max_node_modules']`` modules is E_RESOURCE, as in build.
+    """
+    checked = validate_limits(limits)
     counts: dict[str, Optional[int]] = {}
-    with active_specs(plan, registry) as specs:
+    with limits_in_force(checked), active_specs(plan, registry) as specs:
         for node in plan.nodes:
-            module = _meta_module(specs[node.id], node, TORCH_DTYPES[plan.dtype])
+            module = meta_module(specs[node.id], node, TORCH_DTYPES[plan.dtype], checked["max_node_modules"])
             counts[node.id] = None if module is None else sum(p.numel() for p in module.parameters())
     return counts
 
@@ -63,47 +75,110 @@ def construct(
     if not isinstance(plan, ResolvedPlan):
         raise HNDLError("E_SCHEMA", f"build() needs a ResolvedPlan, not {type(plan).__name__}", field="plan")
     checked = validate_limits(limits)
-    target = _device(device)
-    if initialization_seed is not None and (type(initialization_seed) is not int or initialization_seed < 0):
-        raise HNDLError("E_SCHEMA", f"initialization_seed must be a non-negative int or None, got {initialization_seed!r}", field="initialization_seed")
-    with active_specs(plan, registry) as specs:
-        return _construct(plan, module_class, specs, TORCH_DTYPES[plan.dtype], target, initialization_seed, checked)
+    target = check_device(device)
+    check_seed(initialization_seed)
+    budget = state_budget(checked, target, explicit=isinstance(limits, Mapping) and "max_state_bytes" in limits)
+    with limits_in_force(checked), active_specs(plan, registry) as specs:
+        return _construct(plan, module_class, specs, TORCH_DTYPES[plan.dtype], target, initialization_seed,
+                          checked, budget)
 
 
-def _construct(plan, module_class, specs, dtype, target, initialization_seed, checked) -> GraphModule:
-    estimated = _meta_pass(plan, specs, dtype, checked["max_state_bytes"])
-    with _rng_scope(initialization_seed, target):
-        modules = {}
-        for node in plan.nodes:
-            with torch.device(target):
-                module = _instantiate(specs[node.id], node)
-            modules[node.id] = module.to(dtype=dtype) if _has_floating_state(module) else module
-        for node in plan.nodes:
-            check_targets(
-                modules[node.id], node=node.id, initialization=node.initialization,
-                trainability=node.trainability, dtype=dtype,
-            )
-        for node in plan.nodes:
-            apply_initialization(modules[node.id], node.initialization)
-            apply_trainability(modules[node.id], node.trainability)
-    _check_ownership(modules)
-    state_bytes = sum(_state_bytes(module) for module in modules.values())
-    if state_bytes > checked["max_state_bytes"]:
+#: Seeds an isolated construction scope accepts: every value torch's generators take as itself.
+#: (torch also takes -2**63 <= seed < 0, as an alias of seed + 2**64; HNDL keeps one spelling.)
+SEED_RANGE = range(0, 2**64)
+
+
+def seed_problem(seed: Any) -> Optional[str]:
+    """What is wrong with ``seed`` as a seed (an int with ``0 <= seed < 2**64``), or None."""
+    if type(seed) is int and seed in SEED_RANGE:
+        return None
+    if type(seed) is not int:
+        return f"got {type(seed).__name__} {seed!r}"
+    return f"got {seed}" if seed.bit_length() <= 128 else f"got an int of {seed.bit_length()} bits"
+
+
+def check_seed(seed: Any) -> None:
+    """``initialization_seed`` must be None or an int with ``0 <= seed < 2**64`` (E_ARGUMENT)."""
+    problem = None if seed is None else seed_problem(seed)
+    if problem is not None:
         raise HNDLError(
-            "E_RESOURCE",
-            f"registered state is {state_bytes} bytes, above max_state_bytes={checked['max_state_bytes']}",
+            "E_ARGUMENT",
+            f"initialization_seed must be None or an int with 0 <= seed < 2**64 (the seeds torch's "
+            f"generators accept), {problem}",
+            field="initialization_seed",
+            remedies=("Pass None to draw from the caller's RNG, or an int seed from 0 to 2**64 - 1.",),
         )
+
+
+def state_budget(checked: Mapping[str, int], device: torch.device, *, explicit: bool) -> tuple[int, str]:
+    """The registered-state bound a build on ``device`` enforces, and how to name it in messages.
+
+    An explicit ``limits['max_state_bytes']`` is used as given. The default (64 GiB) is lowered to the
+    memory of the target device when that is smaller: physical memory for cpu, total memory for a
+    CUDA device. Limits never enter a plan, so this changes no plan bytes or digests, only how early
+    a build that cannot fit is refused.
+    """
+    limit = checked["max_state_bytes"]
+    named = f"limits['max_state_bytes']={limit}"
+    if explicit:
+        return limit, named
+    memory, what = device_memory(device)
+    if memory is not None and memory < limit:
+        return memory, (f"the {memory} bytes of {what} (the default limits['max_state_bytes'] is the smaller of "
+                        f"{limit} and the target device's memory)")
+    return limit, named
+
+
+def device_memory(device: torch.device) -> tuple[Optional[int], str]:
+    """Total memory of ``device`` in bytes and its description; None where the platform cannot say."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory, f"{device}'s memory"
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "physical memory"
+    except (AttributeError, ValueError, OSError):
+        return None, "physical memory"
+
+
+def _construct(plan, module_class, specs, dtype, target, initialization_seed, checked, budget) -> GraphModule:
+    limit, named = budget
+    estimated, per_node = _meta_pass(plan, specs, dtype, checked["max_node_modules"], limit, named)
+    modules: dict[str, nn.Module] = {}
+    try:
+        with _rng_scope(initialization_seed, target):
+            for node in plan.nodes:
+                modules[node.id] = _materialize(specs[node.id], node, target, dtype, checked["max_node_modules"],
+                                                per_node.get(node.id), named)
+            for node in plan.nodes:
+                check_targets(
+                    modules[node.id], node=node.id, initialization=node.initialization,
+                    trainability=node.trainability, dtype=dtype,
+                )
+            for node in plan.nodes:
+                apply_initialization(modules[node.id], node.initialization)
+                apply_trainability(modules[node.id], node.trainability)
+        _check_ownership(modules)
+        built = sum(registered_bytes(module) for module in modules.values())
+        if built > limit:
+            raise HNDLError(
+                "E_RESOURCE",
+                f"registered state is {built} bytes, above {named}",
+                remedies=("Shrink the network or raise limits['max_state_bytes'].",),
+            )
+    except BaseException:
+        modules.clear()  # nothing half-built outlives a failed build
+        if target.type == "cuda":
+            torch.cuda.empty_cache()
+        raise
     receipt = BuildReceipt({
         "torch_version": torch.__version__,
         "device": str(target),
         "dtype": plan.dtype,
         "initialization_seed": initialization_seed,
         "seed_mode": "caller" if initialization_seed is None else "isolated",
-        "state_bytes": state_bytes,
+        "state_bytes": built,
         "estimated_state_bytes": estimated,
     })
-    port_dtypes = _port_dtypes(plan, specs)
-    return module_class(plan, modules, port_dtypes, receipt, target)
+    return module_class(plan, modules, port_dtypes(plan, specs), receipt, target)
 
 
 class BuildReceipt(Mapping):
@@ -143,7 +218,8 @@ def active_specs(plan: ResolvedPlan, registry: Optional[Registry]) -> Iterator[d
         yield specs
 
 
-def _device(device: Any) -> torch.device:
+def check_device(device: Any) -> torch.device:
+    """``device`` as a torch.device: cpu, or an existing CUDA device with its index (E_SCHEMA, E_RUNTIME)."""
     if isinstance(device, str):
         try:
             device = torch.device(device)
@@ -247,40 +323,139 @@ def _instantiate(spec: OperatorSpec, node: PlanNode) -> nn.Module:
     return module
 
 
-def _meta_module(spec: OperatorSpec, node: PlanNode, dtype: torch.dtype) -> Optional[nn.Module]:
+def meta_module(spec: OperatorSpec, node: PlanNode, dtype: torch.dtype, module_bound: int) -> Optional[nn.Module]:
+    """``node``'s module built on the meta device in ``dtype``, or None where that is not possible.
+
+    Only a construction that fails for being on the meta device gives None (the node is then
+    measured after real construction). HNDL errors, such as more than ``module_bound`` modules,
+    and running out of memory propagate: falling back to real construction would repeat them.
+    """
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), bounded_modules(node, module_bound):
             module = _instantiate(spec, node)
     except HNDLError:
         raise
-    except Exception:
-        return None
-    return module.to(dtype=dtype) if _has_floating_state(module) else module
+    except Exception as error:
+        if _is_allocation_failure(error):
+            reason = _first_line(error)
+        else:
+            return None
+    else:
+        return module.to(dtype=dtype) if _has_floating_state(module) else module
+    raise HNDLError(
+        "E_RESOURCE",
+        f"node {node.id!r} ({node.op}) ran out of memory while being measured on the meta device: {reason}",
+        node=node.id,
+        remedies=("Shrink the node's arguments; its constructor needs more host memory than is available.",),
+    )
 
 
-def _meta_pass(plan: ResolvedPlan, specs: dict[str, OperatorSpec], dtype: torch.dtype, budget: int) -> int:
-    """Sum each node's storage on the meta device and stop before allocating past ``budget``."""
+def _meta_pass(plan: ResolvedPlan, specs: dict[str, OperatorSpec], dtype: torch.dtype, module_bound: int,
+               budget: int, named: str) -> tuple[int, dict[str, int]]:
+    """Sum each node's storage on the meta device and stop before allocating past ``budget``.
+
+    Returns the total and each probed node's bytes (what its real construction will need).
+    """
     total = 0
+    per_node: dict[str, int] = {}
     for node in plan.nodes:
-        module = _meta_module(specs[node.id], node, dtype)
+        module = meta_module(specs[node.id], node, dtype, module_bound)
         if module is None:
             continue  # measured after real construction
-        total += _state_bytes(module)
+        per_node[node.id] = registered_bytes(module)
+        total += per_node[node.id]
         if total > budget:
             raise HNDLError(
                 "E_RESOURCE",
-                f"registered state would reach {total} bytes at node {node.id!r}, above max_state_bytes={budget}",
+                f"registered state would reach {total} bytes at node {node.id!r} ({node.op} needs "
+                f"{per_node[node.id]}), above {named}",
                 node=node.id,
                 remedies=("Shrink the network or raise limits['max_state_bytes'].",),
             )
-    return total
+    return total, per_node
+
+
+def _materialize(spec: OperatorSpec, node: PlanNode, target: torch.device, dtype: torch.dtype, module_bound: int,
+                 needed: Optional[int], named: str) -> nn.Module:
+    """Construct ``node`` on ``target`` in ``dtype``; a failed allocation is E_RESOURCE naming the node."""
+    module = None
+    try:
+        with torch.device(target), bounded_modules(node, module_bound):
+            module = _instantiate(spec, node)
+        return module.to(dtype=dtype) if _has_floating_state(module) else module
+    except Exception as error:
+        if not _is_allocation_failure(error):
+            raise
+        reason = _first_line(error)
+    module = None  # raised outside the handler: no traceback keeps the partial module alive
+    size = f"{needed} bytes of registered state" if needed is not None else \
+        "registered state of a size the meta device could not measure"
+    raise HNDLError(
+        "E_RESOURCE",
+        f"node {node.id!r} ({node.op}) needs {size}, but allocating it on {target} failed ({reason}); "
+        f"the build checked it against {named}",
+        node=node.id,
+        chain=("the state bound is checked before allocation, but the device had less free memory than the bound",),
+        remedies=(
+            f"Set limits['max_state_bytes'] to what {target} can hold, so such a plan is refused before allocating.",
+            "Shrink the network, free device memory, or build on a device with more memory.",
+        ),
+    )
+
+
+def _is_allocation_failure(error: BaseException) -> bool:
+    """Whether ``error`` is an allocator refusing memory (CPU, CUDA or Python's own)."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+@contextmanager
+def bounded_modules(node: PlanNode, bound: int) -> Iterator[None]:
+    """Stop ``node``'s construction on this thread once it registers more than ``bound`` modules.
+
+    The count starts at one (the node's own module) and adds every submodule registered while the
+    block runs, through torch's global module-registration hook (removed on exit). Exceeding the
+    bound is E_RESOURCE raised from inside the constructor, so no further module is built.
+    """
+    thread = threading.get_ident()
+    count = 1
+
+    def hook(_parent: nn.Module, _name: str, submodule: Optional[nn.Module]) -> None:
+        nonlocal count
+        if submodule is None or threading.get_ident() != thread:
+            return None
+        count += 1
+        if count > bound:
+            raise HNDLError(
+                "E_RESOURCE",
+                f"node {node.id!r} ({node.op}) creates more than {bound} torch modules, above "
+                f"limits['max_node_modules']={bound}",
+                node=node.id,
+                remedies=("Shrink the arguments that make the node repeat submodules, or raise "
+                          "limits['max_node_modules'].",),
+            )
+        return None
+
+    handle = register_module_module_registration_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _has_floating_state(module: nn.Module) -> bool:
     return any(t.is_floating_point() for t in (*module.parameters(), *module.buffers()))
 
 
-def _state_bytes(module: nn.Module) -> int:
+def registered_bytes(module: nn.Module) -> int:
+    """Bytes of the distinct parameters and buffers ``module`` registers."""
     seen = set()
     total = 0
     for tensor in (*module.parameters(), *module.buffers()):
@@ -308,7 +483,7 @@ def _check_ownership(modules: Mapping[str, nn.Module]) -> None:
                 raise HNDLError("E_REGISTRY", f"nodes {other!r} and {node_id!r} share parameter or buffer storage", node=node_id)
 
 
-def _port_dtypes(plan: ResolvedPlan, specs: dict[str, OperatorSpec]) -> dict[str, tuple]:
+def port_dtypes(plan: ResolvedPlan, specs: dict[str, OperatorSpec]) -> dict[str, tuple]:
     """Expected input and produced output dtypes per node, by the declarations' one rule."""
     carried = {f"input:{port['name']}": port["dtype"] for port in plan.inputs}
     result = {}

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..construction import (
+    NORMAL_REACH,
     SCHEME_ROUTINES,
     TWO_DIMENSIONAL_SCHEMES,
     check_initialization_record,
@@ -28,7 +29,7 @@ from ..construction import (
 )
 from ..errors import HNDLError
 
-__all__ = ["check_targets", "apply_initialization", "apply_trainability"]
+__all__ = ["check_targets", "apply_initialization", "apply_trainability", "scheme_reach"]
 
 #: Dtypes whose QR factorization torch does not implement; orthogonal_ runs in float32 and
 #: the result is copied into the parameter.
@@ -232,14 +233,46 @@ def _check_initialization(
                 f"{_shape(param)}",
                 "Use a constant, normal, uniform or truncated_normal for this parameter.",
             )
-        if kind in ("uniform", "truncated_normal"):
-            low, high = value["a"], value["b"]
-            if abs(low) > finfo.max or abs(high) > finfo.max or high - low > finfo.max:
-                raise fail(
-                    f"{kind} bounds a={low!r}, b={high!r} for {name!r} do not fit the compute "
-                    f"dtype {dtype} (largest magnitude and width {finfo.max!r})",
-                    "Narrow the bounds so both ends and their difference fit the compute dtype.",
-                )
+        reach = scheme_reach(kind, value, tuple(param.shape))
+        if param.numel() and reach > finfo.max:
+            raise fail(
+                f"{_describe(value)} for {name!r} of shape {_shape(param)} reaches a magnitude of "
+                f"{reach:.4g} (the largest value it can draw, or the width of its uniform range), beyond "
+                f"the largest finite value {finfo.max!r} of the compute dtype {dtype}",
+                "Use a smaller gain, std, mean or bound for this parameter"
+                + ("." if dtype == torch.float32 else ", or the float32 compute dtype."),
+            )
+
+
+def scheme_reach(kind: str, record: Mapping[str, Any], shape: tuple[int, ...]) -> float:
+    """The largest magnitude scheme ``kind`` computes for a parameter of ``shape``.
+
+    That is the largest value it can write and, for the uniform draws, the width of the range,
+    which ``uniform_`` requires to be finite too (xavier_uniform draws from ``[-bound, bound]``).
+    Normal draws reach ``NORMAL_REACH`` standard deviations; truncated_normal is clamped to
+    ``[a, b]``; orthogonal entries are at most ``|gain|``. Fans follow torch.nn.init:
+    ``fan_in = shape[1] * receptive`` and ``fan_out = shape[0] * receptive``.
+    """
+    if kind == "uniform":
+        return max(abs(record["a"]), abs(record["b"]), record["b"] - record["a"])
+    if kind == "normal":
+        return abs(record["mean"]) + NORMAL_REACH * record["std"]
+    if kind == "truncated_normal":
+        mean, spread, low, high = record["mean"], NORMAL_REACH * record["std"], record["a"], record["b"]
+        return max(abs(min(max(mean - spread, low), high)), abs(min(max(mean + spread, low), high)))
+    if kind == "orthogonal":
+        return abs(record["gain"])
+    receptive = math.prod(shape[2:])
+    fan_in, fan_out = shape[1] * receptive, shape[0] * receptive
+    if kind in ("xavier_uniform", "xavier_normal"):
+        gain, fan = record["gain"], (fan_in + fan_out) / 2.0
+    else:  # kaiming_uniform, kaiming_normal
+        gain = nn.init.calculate_gain(record["nonlinearity"], record["a"])
+        fan = fan_in if record["mode"] == "fan_in" else fan_out
+    if fan == 0:
+        return 0.0  # an empty parameter: nothing is drawn
+    std = gain / math.sqrt(fan)
+    return 2.0 * math.sqrt(3.0) * std if kind.endswith("uniform") else NORMAL_REACH * std
 
 
 def _check_trainability(inventory: _Inventory, record: Mapping, *, node: str) -> None:
@@ -294,8 +327,9 @@ def check_targets(
     Every path must name a registered parameter (not a buffer); aliases of one parameter
     must agree; initialization targets must be materialized floating parameters in the
     plan's compute dtype sharing no storage with other state, and fan-based or orthogonal
-    schemes need at least two dimensions; trainability may not enable gradients on an
-    integer parameter, and parameters sharing storage must end with one flag.
+    schemes need at least two dimensions; every constant and scheme must stay finite in the
+    compute dtype for the parameter's shape (``scheme_reach``); trainability may not enable
+    gradients on an integer parameter, and parameters sharing storage must end with one flag.
     """
     init = check_initialization_record(initialization, node=node)
     train = check_trainability_record(trainability, node=node)

@@ -31,10 +31,10 @@ from torch import nn
 
 from ..contracts import batch_multiple
 from ..errors import HNDLError
-from ..limits import validate_limits
+from ..limits import limits_in_force, validate_limits
 from ..plan import ResolvedPlan
 from ..registry import Registry
-from .build import _device, _meta_module, _port_dtypes, _state_bytes, active_specs, build
+from .build import active_specs, build, check_device, meta_module, port_dtypes, registered_bytes, seed_problem
 
 __all__ = ["dry_run", "preflight"]
 
@@ -54,16 +54,17 @@ def dry_run(
     raises NotImplementedError or refuses to read a meta tensor's data), maps to None, as in
     ``parameter_counts``; its outputs continue from the plan's contracts. Raises E_RUNTIME
     naming the node and port when an output has the wrong shape, dtype or device, or when a
-    node's forward fails; E_RESOURCE when the meta state exceeds ``max_state_bytes``.
+    node's forward fails; E_RESOURCE when the meta state exceeds ``max_state_bytes`` or a node
+    registers more than ``max_node_modules`` modules.
     """
     _check_plan(plan)
     _check_batch(batch)
     checked = validate_limits(limits)
     saved_rng = torch.get_rng_state()
-    with active_specs(plan, registry) as specs:
+    with limits_in_force(checked), active_specs(plan, registry) as specs:
         try:
             dtype = _torch_dtype(plan.dtype)
-            dtypes = _port_dtypes(plan, specs)
+            dtypes = port_dtypes(plan, specs)
             values = {
                 f"input:{port['name']}": torch.empty(
                     _concrete(port["shape"], plan.batch, batch), dtype=_torch_dtype(port["dtype"]), device="meta")
@@ -74,10 +75,10 @@ def dry_run(
             for node in plan.nodes:
                 expected = {port: _concrete(node.output_shapes[port], plan.batch, batch) for port in node.outputs}
                 produced = dtypes[node.id][1]
-                module = _meta_module(specs[node.id], node, dtype)
+                module = meta_module(specs[node.id], node, dtype, checked["max_node_modules"])
                 outputs = None
                 if module is not None:
-                    state_bytes += _state_bytes(module)
+                    state_bytes += registered_bytes(module)
                     if state_bytes > checked["max_state_bytes"]:
                         raise HNDLError(
                             "E_RESOURCE",
@@ -133,9 +134,11 @@ def preflight(
     """
     _check_plan(plan)
     _check_batch(batch)
-    if type(seed) is not int or seed < 0:
-        raise HNDLError("E_SCHEMA", f"seed must be a non-negative int, got {seed!r}", field="seed")
-    target = _device(device)
+    problem = seed_problem(seed)
+    if problem is not None:
+        raise HNDLError("E_SCHEMA", f"seed must be an int with 0 <= seed < 2**64, {problem}", field="seed",
+                        remedies=("Give a seed from 0 to 2**64 - 1.",))
+    target = check_device(device)
     with _isolated_rng(seed, target):
         model = build(plan, device=target, registry=registry, limits=limits)  # disposable
         return _numerical_pass(model, plan, target, batch, seed, backward)

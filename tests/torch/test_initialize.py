@@ -419,3 +419,81 @@ def test_shared_storage_trainability():
     module = build(SharedStorage(), trainable={"p1": False, "p2": False})
     assert not module.p1.requires_grad and not module.p2.requires_grad and module.q.requires_grad
     build(SharedStorage(), trainable=False)
+
+
+# --- every accepted scheme applies and stays finite in the compute dtype (issue 15, item 5) ----------
+
+HALF_MAX = torch.finfo(torch.float16).max
+
+
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        c.xavier_uniform(gain=1e30),
+        c.xavier_normal(gain=1e30),
+        c.normal(std=1e6),
+        c.normal(mean=6e4, std=1e3),
+        c.truncated_normal(std=1e5, a=-1e10, b=1e10),
+        c.orthogonal(gain=1e5),
+        c.uniform(a=-6e4, b=6e4),
+    ],
+    ids=repr,
+)
+def test_a_scheme_that_cannot_stay_finite_in_float16_fails_before_any_node_is_initialized(scheme):
+    layer = nn.Linear(8, 8, dtype=torch.float16)
+    before = snapshot(layer)
+    rng = torch.get_rng_state()
+    with raises("E_INITIALIZATION") as info:
+        build(layer, {"weight": scheme, "bias": 0}, dtype=torch.float16)
+    assert info.value.location.field == "init.weight"
+    assert "'weight' of shape [8, 8]" in info.value.message
+    assert f"largest finite value {HALF_MAX!r}" in info.value.message and "float16" in info.value.message
+    assert "float32 compute dtype" in info.value.remedies[0]
+    assert_unchanged(layer, before)  # not even the constant bias was applied
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        c.xavier_uniform(gain=5000.0),
+        c.xavier_normal(gain=1000.0),
+        c.normal(std=7000.0),
+        c.normal(mean=-6e4, std=500.0),
+        c.truncated_normal(std=1e5, a=-6e4, b=6e4),
+        c.orthogonal(gain=-6e4),
+        c.kaiming_uniform(a=0.0, nonlinearity="leaky_relu"),
+        c.kaiming_normal(mode="fan_out", nonlinearity="tanh"),
+    ],
+    ids=repr,
+)
+def test_schemes_within_the_float16_range_apply_and_write_finite_values(scheme):
+    torch.manual_seed(0)
+    layer = build(nn.Linear(64, 64, dtype=torch.float16), {"weight": scheme}, dtype=torch.float16)
+    assert torch.isfinite(layer.weight).all()
+
+
+def test_the_reach_depends_on_the_parameter_shape():
+    scheme = c.xavier_uniform(gain=30000.0)  # draws from +-gain * sqrt(6 / (fan_in + fan_out))
+    with raises("E_INITIALIZATION"):
+        build(nn.Linear(2, 2, dtype=torch.float16), {"weight": scheme}, dtype=torch.float16)
+    layer = build(nn.Linear(512, 512, dtype=torch.float16), {"weight": scheme}, dtype=torch.float16)
+    assert torch.isfinite(layer.weight).all()
+    with raises("E_INITIALIZATION") as info:
+        build(nn.Linear(2, 2), {"weight": c.xavier_uniform(gain=3e38)})
+    assert "float32" in info.value.message and "float32 compute dtype" not in info.value.remedies[0]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_plan_whose_scheme_overflows_its_dtype_fails_at_build_with_e_initialization(dtype):
+    import hndl
+    from hndl.torch import build as build_plan
+
+    source = 'linear(16)\nlinear(init={"weight": xavier_uniform(gain=1e30)})'
+    plan = hndl.resolve(source, input_shape=("B", 8), output_shape=("B", 4), dtype=dtype)
+    if dtype == "float32":
+        assert build_plan(plan, device="cpu").nodes.n_n1.weight.isfinite().all()
+        return
+    with raises("E_INITIALIZATION") as info:
+        build_plan(plan, device="cpu")
+    assert info.value.location.node == "n1" and "[4, 16]" in info.value.message

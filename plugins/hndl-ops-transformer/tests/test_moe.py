@@ -194,3 +194,20 @@ def test_output_width_contradicting_the_input_is_a_constraint_error():
 
 def test_integer_input_is_a_dtype_error():
     assert _fails("moe(2, 1)", ("B", 4, 8), ("B", 4, 8), input_dtype="int64").code == "E_DTYPE"
+
+
+def test_more_experts_than_the_module_bound_allows_is_a_resource_error_before_real_construction():
+    # moe(n) creates 3 + 3 * n modules: itself, the router, the expert list and each expert's three
+    from hndl.torch import build, parameter_counts
+
+    plan = hndl.resolve("moe(200, 1, expansion=1)", input_shape=("B", 4, 8), output_shape=("B", 4, 8))
+    for call in (lambda limits: build(plan, device="cpu", limits=limits),
+                 lambda limits: parameter_counts(plan, limits=limits),
+                 lambda limits: network("moe(200, 1, expansion=1)", input_shape=("B", 4, 8),
+                                        output_shape=("B", 4, 8), device="cpu", limits=limits)):
+        with pytest.raises(HNDLError) as error:
+            call({"max_node_modules": 602})
+        assert error.value.code == "E_RESOURCE" and error.value.location.node == "n0"
+        assert "more than 602 torch modules" in error.value.message
+        assert "limits['max_node_modules']" in error.value.message
+    assert len(build(plan, device="cpu", limits={"max_node_modules": 603}).nodes.n_n0.experts) == 200

@@ -9,13 +9,25 @@ from hndl import Arg, Example, operator
 
 
 def _relation(s) -> None:
-    """The channels must divide evenly into num_groups."""
+    """The channels must divide evenly into num_groups, and a group must hold more than one value.
+
+    A group of one value, ``C == num_groups`` on a 1 x 1 spatial extent, has no variance: torch
+    refuses it at batch 1 and normalizes it to zero at any other batch, so it is never useful.
+    """
     groups = s.args["num_groups"]
-    channels = s.shape("x")[1]
+    _, channels, height, width = s.shape("x")
     if channels is not None and channels % groups:
         s.error(
             "E_CONSTRAINT",
             f"group_norm: {channels} channels are not divisible by num_groups={groups}",
+        )
+    known = channels is not None and height is not None and width is not None
+    if known and channels // groups * height * width == 1:
+        s.error(
+            "E_CONSTRAINT",
+            f"group_norm(num_groups={groups}) of {channels} channels on a 1 x 1 spatial extent normalizes a single "
+            "value per group; it needs (C / num_groups) * H * W > 1: use fewer groups than channels, "
+            "normalize before the spatial extent shrinks to 1 x 1, or use layer_norm on the flattened features",
         )
 
 
@@ -55,7 +67,10 @@ class GroupNorm(nn.GroupNorm):
 
     A channel count that `num_groups` does not divide is a contradiction (`E_CONSTRAINT`) at
     resolution, whether it comes from the producer, the output contract or an explicit
-    `num_channels`. `eps > 0` keeps a constant group finite forward and backward."""
+    `num_channels`. So is a group of a single value (`num_groups = C` on a `1 x 1` spatial
+    extent), as for `instance_norm`: it has no variance, torch refuses it at batch 1, and at
+    any other batch it would erase the input. `eps > 0` keeps a constant group finite forward
+    and backward."""
 
     def __init__(self, *, num_groups, num_channels, eps=1e-5, affine=True) -> None:
         super().__init__(num_groups, num_channels, eps=eps, affine=affine)

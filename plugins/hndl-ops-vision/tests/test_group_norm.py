@@ -150,3 +150,26 @@ def test_non_image_ranks_are_constraint_errors(shape):
 
 def test_integer_input_is_a_dtype_error():
     assert _fails("group_norm(2)", ("B", 4, 3, 3), ("B", 4, 3, 3), input_dtype="int32").code == "E_DTYPE"
+
+
+@pytest.mark.parametrize("source", ["group_norm(4, affine=False)", "group_norm(4)"])
+def test_a_group_of_a_single_value_is_a_constraint_error_at_resolution(source):
+    # torch refuses it at batch 1, in eval mode too, and at any other batch it outputs zeros
+    error = _fails(source, ("B", 4, 1, 1), ("B", 4, 1, 1))
+    assert error.code == "E_CONSTRAINT"
+    assert "single value per group" in error.message and "(C / num_groups) * H * W > 1" in error.message
+    assert "fewer groups" in error.message
+    # the channels may come from the producer: a 1 x 1 map seen only after the convolution
+    error = _fails("conv(kernel_size=3)\ngroup_norm(8)", ("B", 3, 3, 3), ("B", 8, 1, 1))
+    assert error.code == "E_CONSTRAINT" and "single value per group" in error.message
+
+
+@pytest.mark.parametrize("source, shape", [("group_norm(2)", (4, 1, 1)), ("group_norm(4)", (4, 1, 2)),
+                                           ("group_norm(1)", (1, 2, 1))])
+def test_every_group_of_several_values_runs_at_batch_one_in_both_modes(source, shape):
+    model, layer = _built(source, shape)
+    x = torch.randn(1, *shape)
+    for mode in (model.train, model.eval):
+        mode()
+        out = model(x)
+        torch.testing.assert_close(out, F.group_norm(x, layer.num_groups, layer.weight, layer.bias, layer.eps))
