@@ -32,8 +32,10 @@ def read_bounded(path: str, limit: int, *, what: str, remedy: str) -> bytes:
         raise _unreadable(path, what, "no such file", remedy) from None
     except IsADirectoryError:
         raise _unreadable(path, what, "it is a directory", remedy) from None
-    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL in the path
-        raise _unreadable(path, what, getattr(exc, "strerror", None) or type(exc).__name__, remedy) from None
+    except ValueError:  # os.open's only ValueError: an embedded NUL, which no file name can hold
+        raise _unreadable(path, what, "the name contains a NUL byte", remedy) from None
+    except OSError as exc:
+        raise _unreadable(path, what, exc.strerror or type(exc).__name__, remedy) from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):

@@ -34,8 +34,9 @@ design):
   only silent case is ``param = None`` on a module that tolerates it (``linear.bias = None``
   runs bias-free until the next revalidation).
 
-Errors: HNDL's own checks raise ``HNDLError`` (``E_BINDING`` for the input names, ``E_RUNTIME``
-for contracts and registered state). An exception raised inside a node propagates unchanged
+Errors: HNDL's own checks raise ``HNDLError`` (``E_BINDING`` for the input names and for inputs
+passed positionally to a GraphModule, which takes them by keyword only; ``E_RUNTIME`` for
+contracts and registered state). An exception raised inside a node propagates unchanged
 (type, message, traceback) and gains exactly one note naming the node, its operator and source
 line, the node's inputs against their contracts, and the registered-state difference if any;
 through nested graphs only the innermost note is kept. The note is built only when something
@@ -61,7 +62,7 @@ from ..plan import ResolvedPlan, shape_table
 from . import state_watch
 from .module_hooks import hook_probe, hooks_registered
 from .ports import CONTRACT_REMEDY, Port, Step, describe
-from .programs import fast_program, signature, traced_program
+from .programs import fast_program, outside_graph, signature, traced_program
 from .state_record import record_state, state_difference
 
 #: Validated signatures remembered per module; one more clears them all.
@@ -194,8 +195,26 @@ class GraphModule(nn.Module):
             return self.forward(*args, **kwargs)
         return program(self, args)
 
-    def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, *args: torch.Tensor, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Run the graph on its inputs given by keyword; a positional input is E_BINDING.
+
+        ``*args`` exists only to turn ``module(x)`` into an HNDL error naming the keywords
+        instead of Python's bare TypeError; the keyword path pays one empty-tuple test.
+        """
+        if args:
+            outside_graph(self, "_reject_positional", len(args))
         return self._entry(self, inputs)
+
+    def _reject_positional(self, given: int) -> None:
+        """Raise E_BINDING for a GraphModule called with ``given`` positional inputs."""
+        names = self._input_names
+        by_name = ", ".join(f"{name}=..." for name in names)
+        raise HNDLError(
+            "E_BINDING",
+            f"a GraphModule takes its inputs by keyword ({by_name}); got {given} positional argument(s)",
+            remedies=(f"Call it as module({by_name}), or build the network facade (hndl.torch.network, "
+                      "network_file, network_from_callable), which also takes inputs by position.",),
+        )
 
     def _positional_call(self, args: tuple) -> Any:
         """``positional`` when the signature is not remembered."""

@@ -30,7 +30,9 @@ class Network(GraphModule):
     * ``model["n0"]`` looks a node's registered module up by its node ID (explicit or
       generated, never a local variable name) in every graph; an unknown ID raises KeyError.
     * For a consecutive unary chain (``hndl.plan.is_unary_chain``: one external input, one
-      public output, every node reading exactly the previous node's only output),
+      public output, every node reading exactly the previous node's only output) whose two
+      ports are unnamed (the default ``x`` and ``output``; §7: a graph with named ports on
+      either side supports node-name lookup only),
       ``model[0]``, ``model[-1]`` (IndexError out of range), ``len(model)``, ``iter(model)``
       and ``reversed(model)`` walk the registered modules in plan order, and
       ``model[i:j]`` returns an ordinary ``torch.nn.Sequential`` over those same module
@@ -41,8 +43,9 @@ class Network(GraphModule):
     * ``x in model`` is True for a node ID or for one of the registered layer modules.
 
     Errors: integer indexing, ``len``, iteration and slicing on a branched graph or a graph
-    with named ports raise **TypeError** (the container does not support the sequence
-    protocol, as for any non-sequence Python object), naming why the graph is not a chain.
+    with named ports (even one named input or output) raise **TypeError** (the container
+    does not support the sequence protocol, as for any non-sequence Python object), naming
+    why the graph is not a chain.
     A slice that would chain an incompatible adapter also raises TypeError, a slice with a
     step other than 1 raises ValueError. None of these is an ``HNDLError``: nothing about the
     specification is wrong, the caller asked the container for an operation its shape lacks.
@@ -62,7 +65,7 @@ class Network(GraphModule):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         plan = self.plan
-        self.__dict__["_chain_reason"] = None if is_unary_chain(plan) else _not_a_chain(plan)
+        self.__dict__["_chain_reason"] = _not_a_chain(plan)
         self.__dict__["_node_ids"] = tuple(node.id for node in plan.nodes)
         nodes = self.__dict__["_modules"].get("nodes")
         if type(nodes) is nn.ModuleDict:
@@ -94,8 +97,8 @@ class Network(GraphModule):
         if reason is not None:
             hint = f"; look layers up by node ID instead, e.g. model[{self._node_ids[0]!r}]" if self._node_ids else ""
             raise TypeError(
-                f"{what} needs a consecutive unary chain (one external input, one public output, each "
-                f"node reading the previous node's only output), but {reason}{hint}"
+                f"{what} needs a consecutive unary chain (one unnamed external input, one unnamed public "
+                f"output, each node reading the previous node's only output), but {reason}{hint}"
             )
         return self._node_ids
 
@@ -268,12 +271,23 @@ def _structural(what: str) -> None:
     )
 
 
-def _not_a_chain(plan: Any) -> str:
-    """Why ``plan`` is not a consecutive unary chain, in words."""
+def _not_a_chain(plan: Any) -> Optional[str]:
+    """Why ``plan`` does not support §7's sequence protocol, in words; None when it does.
+
+    That needs a consecutive unary chain (``is_unary_chain``) between the default, unnamed
+    ports ``x`` and ``output``: §7 gives a graph with named ports on either side node-name
+    lookup only, so ``output_shape={"out1": ...}`` over a chain is looked up by ID.
+    """
     if len(plan.inputs) != 1:
         return f"the graph has {len(plan.inputs)} external inputs ({', '.join(p['name'] for p in plan.inputs)})"
     if len(plan.outputs) != 1:
         return f"the graph has {len(plan.outputs)} public outputs ({', '.join(p['name'] for p in plan.outputs)})"
+    named = [f"{side} {port['name']!r}" for side, port, default in
+             (("input", plan.inputs[0], "x"), ("output", plan.outputs[0], "output")) if port["name"] != default]
+    if named:
+        return f"the graph names its {' and '.join(named)}, and a graph with named ports supports node-name lookup only"
+    if is_unary_chain(plan):
+        return None
     if not plan.nodes:
         return "the graph has no nodes"
     previous = f"input:{plan.inputs[0]['name']}"

@@ -120,6 +120,20 @@ class Port:
         )
 
 
+def node_place(alias: str, line: Optional[int], column: Optional[int]) -> str:
+    """``linear, line 3, column 1`` with only the parts the source recorded.
+
+    Native capture may know a call site's line but not its column; a node without a recorded
+    line is named by its operator alone. Nothing unknown is printed as ``None``.
+    """
+    text = alias
+    if line:
+        text += f", line {line}"
+        if column is not None:
+            text += f", column {column}"
+    return text
+
+
 def _entry(value: Any, batch: str) -> tuple[bool, int, str]:
     """(is a batch entry, multiple or extent, original text)."""
     if isinstance(value, int):
@@ -147,9 +161,9 @@ class Step:
             for port in node.outputs
         )
         line = node.source.get("line")
-        column = node.source.get("column")
-        self.where = f"{node.alias}" + (f", line {line}, column {column}" if line else "")
-        self.location = {"node": node.id, "line": line, "column": column if line else None}
+        column = node.source.get("column") if line else None
+        self.where = node_place(node.alias, line, column)
+        self.location = {"node": node.id, "line": line, "column": column}
         self.release: tuple = ()
         spec = spec_of(type(module))
         self.opaque = spec is not None and spec.opaque

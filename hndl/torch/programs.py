@@ -37,7 +37,7 @@ from .ports import Port
 if TYPE_CHECKING:
     from .graph_module import GraphModule
 
-__all__ = ["fast_program", "traced_program", "signature"]
+__all__ = ["fast_program", "traced_program", "signature", "outside_graph"]
 
 #: The fast paths' check: a plain ``return False`` that dynamo folds to True while tracing (a
 #: third of ``is_compiling``'s cost); the slow paths still ask ``is_compiling`` (export too).
@@ -50,7 +50,9 @@ def _call_outside_graph(graph: Any, method: str, *args: Any) -> Any:
     return getattr(graph, method)(*args)
 
 
-_outside_graph = torch.compiler.disable(
+#: ``outside_graph(graph, method, *args)``: a failure path's call that dynamo never traces, so
+#: its HNDLError is raised eagerly (and ``fullgraph=True`` reports a reason naming HNDL).
+outside_graph = torch.compiler.disable(
     _call_outside_graph,
     reason=(
         "HNDL: a contract or registered-state check failed while tracing; its HNDLError is raised "
@@ -314,7 +316,7 @@ def _traced_templates(source: str) -> tuple[types.FunctionType, types.FunctionTy
     object per module, the ninth such module compiled in a process would exceed dynamo's
     recompile limit and run uncompiled.
     """
-    space: dict[str, Any] = {"fail": _outside_graph}
+    space: dict[str, Any] = {"fail": outside_graph}
     exec(compile(source + "\n", "<hndl traced graph>", "exec"), space)
     return space["traced"], space["traced_positional"]
 

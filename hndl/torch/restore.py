@@ -11,17 +11,27 @@ of the two artifacts §12 asks hosts to keep together: the plan JSON and a PyTor
    the registry the same way. Restoration never re-runs source, a callable or a policy;
 2. construction with ``build`` (the plan's initialization records, trainability masks, the
    meta-device state bound);
-3. the state: every entry's name, shape and dtype is compared with the built module's
-   ``state_dict()`` and *all* differences are reported before anything is loaded;
+3. the state: its keys and version metadata are checked for form, then every entry's name,
+   kind (a dense, strided, unquantized plain tensor or Parameter with data), shape and dtype
+   is compared with the built module's ``state_dict()`` and *all* differences are reported
+   before anything is loaded, so a refused state leaves a live module exactly as it was;
 4. ``load_state_dict(strict=True)``, which copies values in place (devices may differ;
-   dtypes may not). Operators that cache derived tensors refresh them through their own
-   load hooks (§11: "manage derived caches correctly after state loading/device moves").
+   dtypes may not). It sees only the entries and the module versions of the metadata: a
+   loader option in the data (``assign_to_params_buffers``) is dropped, because how state is
+   loaded is the host's choice. Operators that cache derived tensors refresh them through
+   their own load hooks (§11: "manage derived caches correctly after state loading/device
+   moves").
 
 Error codes for a state dictionary that does not fit (one rule, stated once):
 
+* **E_SCHEMA** — the state is not a state dictionary at all: not a mapping, a key that is
+  not a str (``{3: tensor}``), or version metadata (``state_dict._metadata``) that is not a
+  mapping of module names to ``{"version": positive int}``.
 * **E_INTEGRITY** — the state does not match the plan it is paired with: a missing or an
   unexpected entry, a shape or dtype different from the rebuilt module, a value that is not
-  a tensor, or a tensor without data (meta). This is the §12 "inconsistent contents" case,
+  a tensor, a tensor ``load_state_dict`` cannot copy as plain values (sparse or another
+  non-strided layout, nested, quantized, a tensor subclass) or a tensor without data (meta).
+  This is the §12 "inconsistent contents" case,
   the same code as a plan whose digests disagree with its text: usually the state belongs
   to another plan, or one of the two files was edited.
 * **E_STATE_VERSION** — the state was written by *another parameter layout of the same
@@ -38,6 +48,7 @@ The module returned is in training mode, like every built module; loading never 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import torch
@@ -90,17 +101,27 @@ def restore(
 
 def load_state(module: nn.Module, state_dict: Mapping[str, Any]) -> None:
     """Check every entry of ``state_dict`` against ``module`` (``check_state``), then load it
-    strictly. Nothing is loaded unless everything fits."""
+    strictly. Nothing is loaded unless everything fits.
+
+    torch receives a shallow copy holding the same tensors and only the module versions of
+    the metadata, so nothing in the data chooses how the state is loaded.
+    """
     check_state(module, state_dict)
-    module.load_state_dict(state_dict, strict=True)
+    entries = OrderedDict(state_dict)
+    versions = _metadata_versions(state_dict)
+    entries._metadata = OrderedDict((prefix, {"version": version}) for prefix, version in versions.items())
+    module.load_state_dict(entries, strict=True)
 
 
 def check_state(module: nn.Module, state_dict: Mapping[str, Any]) -> None:
-    """Raise E_STATE_VERSION or E_INTEGRITY unless ``state_dict`` has exactly ``module``'s
-    entries with its shapes and dtypes. Allocates nothing and changes nothing."""
+    """Raise E_SCHEMA, E_STATE_VERSION or E_INTEGRITY unless ``state_dict`` has exactly
+    ``module``'s entries, each a plain dense tensor with its shape and dtype. Reads only
+    tensor attributes, so it allocates nothing and changes nothing."""
     if not isinstance(state_dict, Mapping):
         raise HNDLError("E_SCHEMA", f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}",
                         field="state_dict")
+    _check_keys(state_dict)
+    versions = _metadata_versions(state_dict)
     expected = module.state_dict(keep_vars=True)
     problems: list[tuple[str, str]] = []  # (key, description)
     for key in expected.keys() - state_dict.keys():
@@ -108,23 +129,16 @@ def check_state(module: nn.Module, state_dict: Mapping[str, Any]) -> None:
     for key in state_dict.keys() - expected.keys():
         problems.append((key, f"unexpected entry {key!r}"))
     for key in expected.keys() & state_dict.keys():
-        want, got = expected[key], state_dict[key]
+        want = expected[key]
         if not isinstance(want, torch.Tensor):
             continue  # extra state (get_extra_state) is the module's own business
-        if not isinstance(got, torch.Tensor):
-            problems.append((key, f"{key!r} is {type(got).__name__}, not a tensor"))
-            continue
-        if tuple(got.shape) != tuple(want.shape):
-            problems.append((key, f"{key!r} has shape {list(got.shape)}, the plan builds {list(want.shape)}"))
-        elif got.dtype != want.dtype:
-            problems.append((key, f"{key!r} has dtype {_dtype(got.dtype)}, the plan builds {_dtype(want.dtype)} "
-                                  "(nothing is cast silently)"))
-        elif got.device.type == "meta":
-            problems.append((key, f"{key!r} is a meta tensor and holds no values"))
+        problem = _entry_problem(key, state_dict[key], want)
+        if problem is not None:
+            problems.append((key, problem))
     if not problems:
         return
     problems.sort()
-    version = _version_drift(module, state_dict, [key for key, _ in problems])
+    version = _version_drift(module, versions, [key for key, _ in problems])
     if version is not None:
         prefix, saved, current = version
         raise HNDLError(
@@ -149,6 +163,69 @@ def check_state(module: nn.Module, state_dict: Mapping[str, Any]) -> None:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
+_STATE_REMEDY = ("Pass the mapping that module.state_dict() returned (or torch.load(path, weights_only=True) "
+                 "of a file torch.save wrote from it), unmodified.",)
+
+
+def _check_keys(state_dict: Mapping[Any, Any]) -> None:
+    """E_SCHEMA for a key that is not a str: state dictionaries are keyed by dotted names."""
+    for key in state_dict:
+        if not isinstance(key, str):
+            raise HNDLError(
+                "E_SCHEMA", f"state dictionary key {key!r} is {type(key).__name__}, not a str: entries are keyed "
+                "by dotted parameter and buffer names such as 'nodes.n_n0.weight'",
+                field="state_dict", remedies=_STATE_REMEDY,
+            )
+
+
+def _metadata_versions(state_dict: Mapping[str, Any]) -> dict[str, int]:
+    """``{module prefix: version}`` from ``state_dict._metadata`` (which torch writes as
+    ``{prefix: {"version": int}}``); anything else there is E_SCHEMA."""
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise HNDLError("E_SCHEMA", f"state dictionary metadata is {type(metadata).__name__}, not a mapping",
+                        field="state_dict._metadata", remedies=_STATE_REMEDY)
+    versions = {}
+    for prefix, entry in metadata.items():
+        well_formed = isinstance(prefix, str) and isinstance(entry, Mapping)
+        version = entry.get("version") if well_formed else None
+        if not well_formed or ("version" in entry and (type(version) is not int or version < 1)):
+            raise HNDLError(
+                "E_SCHEMA", f"state dictionary metadata {prefix!r}: {entry!r} is not {{'version': positive int}}",
+                field="state_dict._metadata", remedies=_STATE_REMEDY,
+            )
+        if version is not None:
+            versions[prefix] = version
+    return versions
+
+
+def _entry_problem(key: str, got: Any, want: torch.Tensor) -> Optional[str]:
+    """Why ``load_state_dict`` would not copy ``got`` into ``want`` as plain values, or None.
+
+    Checked in an order that never calls a method on an unsupported kind of tensor (a nested
+    tensor has no ``shape``); every test reads metadata only, never the values.
+    """
+    if not isinstance(got, torch.Tensor):
+        return f"{key!r} is {type(got).__name__}, not a tensor"
+    if type(got) not in (torch.Tensor, nn.Parameter, type(want)):
+        return f"{key!r} is a {type(got).__qualname__}, a tensor subclass, not a plain tensor"
+    if got.is_nested:
+        return f"{key!r} is a nested tensor, not a dense one"
+    if got.layout is not torch.strided:
+        return f"{key!r} has layout {str(got.layout).removeprefix('torch.')}, not a dense (strided) tensor"
+    if got.is_quantized:
+        return f"{key!r} is a quantized tensor ({_dtype(got.dtype)})"
+    if tuple(got.shape) != tuple(want.shape):
+        return f"{key!r} has shape {list(got.shape)}, the plan builds {list(want.shape)}"
+    if got.dtype != want.dtype:
+        return f"{key!r} has dtype {_dtype(got.dtype)}, the plan builds {_dtype(want.dtype)} (nothing is cast silently)"
+    if got.device.type == "meta":
+        return f"{key!r} is a meta tensor and holds no values"
+    return None
+
+
 def _plan(saved: Any, registry: Registry, limits, checked) -> ResolvedPlan:
     if isinstance(saved, ResolvedPlan):
         from ..resolve.revalidate import revalidate
@@ -170,7 +247,7 @@ def _path_name(path: "os.PathLike") -> str:
     """The str a host's path object names; a path object that names nothing usable is E_SCHEMA."""
     try:
         return os.fsdecode(path)
-    except (TypeError, UnicodeError) as error:
+    except (TypeError, ValueError, OSError) as error:  # ValueError covers UnicodeError
         raise HNDLError("E_SCHEMA", f"restore() could not read the path object {type(path).__name__}: {error}",
                         field="saved", remedies=("Pass a pathlib.Path or the plan JSON text.",)) from None
 
@@ -186,11 +263,11 @@ def _node_of(key: str) -> Optional[str]:
     return None
 
 
-def _version_drift(module: nn.Module, state_dict: Mapping[str, Any], keys: list[str]):
+def _version_drift(module: nn.Module, versions: Mapping[str, int], keys: list[str]):
     """(prefix, saved version, current version) of the innermost module owning a problem key
-    whose saved version metadata differs from the built module's ``_version``; else None."""
-    metadata = getattr(state_dict, "_metadata", None)
-    if not isinstance(metadata, Mapping):
+    whose saved version (``_metadata_versions``) differs from the built module's ``_version``;
+    else None."""
+    if not versions:
         return None
     current = {name: getattr(type(sub), "_version", 1) for name, sub in module.named_modules()}
     for key in keys:
@@ -199,8 +276,7 @@ def _version_drift(module: nn.Module, state_dict: Mapping[str, Any], keys: list[
             prefix = ".".join(parts[:end])
             if prefix not in current:
                 continue
-            saved = metadata.get(prefix, {})
-            saved = saved.get("version") if isinstance(saved, Mapping) else None
+            saved = versions.get(prefix)
             if saved is not None and saved != current[prefix]:
                 return prefix, saved, current[prefix]
     return None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -108,3 +110,26 @@ def test_diff_needs_two_plans(cli, saved):
     result = cli("diff", saved.small)
     assert result.rc == 2
     assert "the following arguments are required: B.json" in result.err
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(cli, saved, tmp_path):
+    """A FIFO never blocks the command: it is not a regular file, so E_SCHEMA before any read."""
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)
+
+    def release() -> None:  # if the command blocked in open(), a writer lets it go so the test can fail
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # no reader waiting: nothing to release
+
+    watchdog = threading.Timer(120, release)  # the refusal takes milliseconds; the command's startup seconds
+    watchdog.start()
+    try:
+        result = cli("diff", saved.small, fifo)
+    finally:
+        watchdog.cancel()
+    assert result.rc == 2
+    assert result.out == ""
+    assert result.err.startswith(f"E_SCHEMA: cannot read the saved plan {str(fifo)!r}: it is not a regular file")
+    assert "remedy:" in result.err and "Traceback" not in result.err

@@ -444,3 +444,31 @@ def test_restoring_a_state_broken_in_one_entry_fails_before_loading_and_the_live
     torch.testing.assert_close(model(x=x)["output"], expected, rtol=0, atol=0)
     again = restore(model.plan.to_json(), state, device="cpu", registry=registry)
     torch.testing.assert_close(again(x=x)["output"], expected, rtol=0, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore:Validating sparse tensor invariants:UserWarning")
+def test_a_weights_only_state_with_one_sparse_entry_is_refused_before_the_first_copy(registry, tmp_path):
+    """Issue 15, item 10: torch.load(weights_only=True) accepts a sparse tensor, and torch's own
+    load_state_dict used to copy three of four entries before failing on it."""
+    from hndl.torch.restore import load_state
+
+    live = build(hndl.resolve("linear(8, name='l1')\nrelu()\nout = linear(3, name='head')", **MLP_CONTRACT,
+                              registry=registry), device="cpu", registry=registry, initialization_seed=1)
+    state = {key: torch.full_like(value, 7.0) for key, value in live.state_dict().items()}
+    assert list(state)[-1] == "nodes.n_head.bias" and len(state) == 4
+    state["nodes.n_head.bias"] = state["nodes.n_head.bias"].to_sparse()
+    torch.save(state, tmp_path / "state.pt")
+    loaded = torch.load(tmp_path / "state.pt", weights_only=True)
+    assert loaded["nodes.n_head.bias"].layout is torch.sparse_coo
+    before = snapshot(live)
+    x = torch.randn(2, 4)
+    expected = live(x=x)["output"]
+    with pytest.raises(HNDLError) as caught:
+        load_state(live, loaded)
+    assert caught.value.code == "E_INTEGRITY" and caught.value.location.node == "head"
+    assert "'nodes.n_head.bias' has layout sparse_coo, not a dense (strided) tensor" in caught.value.message
+    assert_same_state(before, live)
+    torch.testing.assert_close(live(x=x)["output"], expected, rtol=0, atol=0)
+    with pytest.raises(HNDLError) as caught:
+        restore(live.plan.to_json(), loaded, device="cpu", registry=registry)
+    assert caught.value.code == "E_INTEGRITY"

@@ -238,3 +238,31 @@ def test_forward_interface_is_unchanged(model):
     with pytest.raises(HNDLError) as error:
         model(x, x=x)
     assert error.value.code == "E_BINDING"
+
+
+NAMED_OUTPUT_CHAIN = "linear(64)\nrelu()\nout1 = linear()"
+
+
+@pytest.mark.parametrize("source, contract, named", [
+    (NAMED_OUTPUT_CHAIN, {"input_shape": ("B", 128), "output_shape": {"out1": ("B", 10)}}, "output 'out1'"),
+    (MLP, {"input_shape": {"z": ("B", 128)}, "output_shape": ("B", 10)}, "input 'z'"),
+    (NAMED_OUTPUT_CHAIN, {"input_shape": {"z": ("B", 128)}, "output_shape": {"out1": ("B", 10)}},
+     "input 'z' and output 'out1'"),
+], ids=["named output", "named input", "both named"])
+def test_a_chain_between_named_ports_supports_name_lookup_only(source, contract, named):
+    """§7: "a graph with named ports on either side supports node-name lookup only", even when
+    its nodes form a unary chain."""
+    model = network(source, device="cpu", **contract)
+    assert model["n0"] is model.nodes.n_n0 and "n2" in model
+    for attempt in (lambda: model[0], lambda: model[-1], lambda: len(model), lambda: list(model), lambda: model[:2]):
+        with pytest.raises(TypeError) as error:
+            attempt()
+        message = str(error.value)
+        assert f"the graph names its {named}, and a graph with named ports supports node-name lookup only" in message
+        assert "model['n0']" in message
+
+
+def test_a_mapping_naming_exactly_x_and_output_is_still_a_chain():
+    """§3: such a mapping is identical to the tuple contract, so the sequence protocol stays."""
+    model = network(MLP, device="cpu", input_shape={"x": ("B", 128)}, output_shape={"output": ("B", 10)})
+    assert len(model) == 3 and model[0] is model["n0"] and isinstance(model[:2], nn.Sequential)

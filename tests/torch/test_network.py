@@ -308,8 +308,59 @@ def test_a_forward_patched_onto_the_instance_is_called():
 
 def test_a_graph_module_takes_keyword_inputs_only():
     module = build(hndl.resolve(MLP, **CONTRACT), device="cpu")
-    with pytest.raises(TypeError):
+    with pytest.raises(HNDLError) as error:
         module(torch.randn(2, 128))
+    assert error.value.code == "E_BINDING"
+    assert "takes its inputs by keyword (x=...)" in error.value.message
     with pytest.raises(HNDLError) as error:
         module()
     assert error.value.code == "E_BINDING"
+
+
+# -- initialization_seed: the accepted range (issue 15, item 8) ------------------------------------------
+def _seeded_entry_points(tmp_path):
+    """Every public entry point that takes initialization_seed, as a function of the seed."""
+    from hndl.torch import restore
+
+    path = tmp_path / "mlp.hndl"
+    path.write_text(MLP)
+    plan = hndl.resolve(MLP, **CONTRACT)
+    return {
+        "network": lambda seed: network(MLP, device="cpu", initialization_seed=seed, **CONTRACT),
+        "network_file": lambda seed: network_file(path, device="cpu", initialization_seed=seed, **CONTRACT),
+        "network_from_callable": lambda seed: network_from_callable(
+            classifier, device="cpu", initialization_seed=seed, **CONTRACT),
+        "build": lambda seed: build(plan, device="cpu", initialization_seed=seed),
+        "restore": lambda seed: restore(plan.to_json(), device="cpu", initialization_seed=seed),
+    }
+
+
+@pytest.mark.parametrize("seed", [2**64, 2**64 + 5, -1, -(2**63), 10**100, True, 1.0, "3"])
+def test_initialization_seed_outside_0_to_2_64_is_e_argument_at_every_entry_point(seed, tmp_path):
+    for name, call in _seeded_entry_points(tmp_path).items():
+        with pytest.raises(HNDLError) as error:
+            call(seed)
+        assert error.value.code == "E_ARGUMENT", name
+        assert error.value.location.field == "initialization_seed"
+        assert "0 <= seed < 2**64" in error.value.message
+        assert any("2**64 - 1" in remedy for remedy in error.value.remedies)
+
+
+def test_the_whole_seed_range_is_accepted_and_reproducible(tmp_path):
+    points = _seeded_entry_points(tmp_path)
+    for seed in (0, 2**63, 2**64 - 1):
+        for name, call in points.items():
+            first, second = call(seed), call(seed)
+            assert first.build_receipt["initialization_seed"] == seed, name
+            torch.testing.assert_close(first.nodes.n_n0.weight, second.nodes.n_n0.weight)
+    assert not torch.equal(points["build"](2**64 - 1).nodes.n_n0.weight, points["build"](0).nodes.n_n0.weight)
+
+
+@pytest.mark.parametrize("seed", [2**64, 10**5000], ids=["2**64", "10**5000"])
+def test_preflight_names_the_seed_range_too(seed):
+    from hndl.torch import preflight
+
+    with pytest.raises(HNDLError) as error:
+        preflight(hndl.resolve(MLP, **CONTRACT), seed=seed)
+    assert error.value.code == "E_SCHEMA" and "0 <= seed < 2**64" in error.value.message
+    assert preflight(hndl.resolve(MLP, **CONTRACT), seed=2**64 - 1)["seed"] == 2**64 - 1

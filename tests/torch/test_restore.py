@@ -5,17 +5,23 @@ loading and device moves."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import pathlib
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
 from torch import nn
 
 import hndl
+import hndl.torch
 from hndl import HNDLError
+from hndl.persist import PLAN_FILE_REMEDY
 from hndl.torch import build, restore
 from hndl.torch.restore import check_state, load_state
 
@@ -370,3 +376,215 @@ def test_derived_caches_follow_dtype_and_device_moves():
         torch.testing.assert_close(node.norm, node.weight.detach().norm())
         x = torch.randn(2, 4, device="cuda")
         torch.testing.assert_close(model(x=x)["output"], x * node.weight / node.weight.norm())
+
+
+# -- plan files the host names (§7 "Loading limits and trust boundaries") -------------------------------------
+class _PathObject(os.PathLike):
+    """A host's path object whose ``__fspath__`` gives ``value``, or raises it when it is an exception."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __fspath__(self):
+        if isinstance(self.value, BaseException):
+            raise self.value
+        return self.value
+
+
+def _unreadable(kind, tmp_path):
+    """(a path naming no readable plan file, the reason the error must give)."""
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(hndl.resolve(MLP, **CONTRACT).to_json(), encoding="utf-8")
+    if kind == "missing":
+        return tmp_path / "nowhere.json", "no such file"
+    if kind == "directory":
+        return tmp_path, "it is a directory"
+    if kind == "device":
+        return pathlib.Path(os.devnull), "it is not a regular file"
+    if kind == "under a file":
+        return plan_file / "plan.json", os.strerror(errno.ENOTDIR)
+    if kind == "symlink loop":
+        os.symlink("loop.json", tmp_path / "loop.json")
+        return tmp_path / "loop.json", os.strerror(errno.ELOOP)
+    if kind == "name too long":
+        return tmp_path / ("p" * 5000), os.strerror(errno.ENAMETOOLONG)
+    if kind == "read fails":  # a regular file whose first read is EIO (address 0 is never mapped)
+        return pathlib.Path("/proc/self/mem"), os.strerror(errno.EIO)
+    if kind == "nul byte":
+        return _PathObject(f"{plan_file}\0.json"), "the name contains a NUL byte"
+    raise AssertionError(kind)
+
+
+UNREADABLE = ["missing", "directory", "device", "under a file", "symlink loop", "name too long", "read fails",
+              "nul byte"]
+
+
+@pytest.mark.parametrize("kind", UNREADABLE)
+def test_a_plan_path_naming_no_readable_file_is_e_schema(tmp_path, kind):
+    path, reason = _unreadable(kind, tmp_path)
+    with raises("E_SCHEMA") as error:
+        hndl.torch.restore(path, device="cpu")
+    assert error.value.message.startswith("cannot read the saved plan ")
+    assert error.value.message.endswith(f": {reason}")
+    assert error.value.remedies == (PLAN_FILE_REMEDY,)
+
+
+@pytest.mark.parametrize("failure", [OSError(errno.ESTALE, "Stale file handle"), ValueError("no path yet"), 3],
+                         ids=["raises OSError", "raises ValueError", "returns an int"])
+def test_a_path_object_whose_fspath_fails_is_e_schema(failure):
+    with raises("E_SCHEMA") as error:
+        hndl.torch.restore(_PathObject(failure), device="cpu")
+    assert error.value.location.field == "saved"
+    assert error.value.message.startswith("restore() could not read the path object _PathObject: ")
+    assert error.value.remedies == ("Pass a pathlib.Path or the plan JSON text.",)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)
+    outcome = []
+    attempt = threading.Thread(target=lambda: outcome.append(_error_of(lambda: restore(fifo, device="cpu"))),
+                               daemon=True)
+    attempt.start()
+    attempt.join(timeout=60)  # the refusal takes milliseconds; a blocked open waits for a writer forever
+    if attempt.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked reader go before failing
+        attempt.join(timeout=60)
+        pytest.fail("restore(path) blocked on a FIFO until a writer appeared")
+    (error,) = outcome
+    assert isinstance(error, HNDLError) and error.code == "E_SCHEMA"
+    assert error.message == f"cannot read the saved plan {str(fifo)!r}: it is not a regular file"
+
+
+def _error_of(call):
+    try:
+        call()
+    except BaseException as error:  # the test inspects whatever escaped
+        return error
+    return None
+
+
+def test_a_readable_plan_file_after_the_refusals_still_restores(saved):
+    plan, model, path = saved
+    for kind in ("missing", "directory"):
+        with raises("E_SCHEMA"):
+            restore(_unreadable(kind, path)[0], device="cpu")
+    assert restore(path / "plan.json", model.state_dict(), device="cpu").plan == plan
+
+
+# -- state dictionaries that are not what torch would load (issue 15, items 7 and 10) ------------------------
+def test_a_key_that_is_not_a_str_is_e_schema_before_anything_is_loaded(saved):
+    plan, model, _ = saved
+    live = build(plan, device="cpu", initialization_seed=3)
+    before = snapshot(live)
+    state = {**model.state_dict(), 3: torch.zeros(1)}
+    with raises("E_SCHEMA") as error:
+        load_state(live, state)
+    assert error.value.message.startswith("state dictionary key 3 is int, not a str")
+    assert error.value.location.field == "state_dict"
+    assert same_state(live, before)
+    with raises("E_SCHEMA"):
+        restore(plan.to_json(), {(1, 2): torch.zeros(1)}, device="cpu")
+
+
+def _uncopyable(kind, tensor):
+    """``tensor`` as a kind of tensor ``load_state_dict`` cannot copy into a dense parameter."""
+    if kind == "sparse coo":
+        return tensor.to_sparse()
+    if kind == "sparse csr":
+        return tensor.to_sparse_csr()
+    if kind == "nested":
+        return torch.nested.nested_tensor([tensor, tensor])
+    if kind == "jagged":
+        return torch.nested.nested_tensor([tensor, tensor], layout=torch.jagged)
+    if kind == "quantized":
+        return torch.quantize_per_tensor(tensor, 0.1, 0, torch.qint8)
+    if kind == "subclass":
+        return tensor.as_subclass(_Marked)
+    if kind == "meta":
+        return torch.empty_like(tensor, device="meta")
+    if kind == "complex":
+        return tensor.to(torch.complex64)
+    raise AssertionError(kind)
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass (as a host's library might produce); not plain values."""
+
+
+UNCOPYABLE = {
+    "sparse coo": "has layout sparse_coo, not a dense (strided) tensor",
+    "sparse csr": "has layout sparse_csr, not a dense (strided) tensor",
+    "nested": "is a nested tensor, not a dense one",
+    "jagged": "is a NestedTensor, a tensor subclass, not a plain tensor",
+    "quantized": "is a quantized tensor (qint8)",
+    "subclass": "is a _Marked, a tensor subclass, not a plain tensor",
+    "meta": "is a meta tensor and holds no values",
+    "complex": "has dtype complex64, the plan builds float32 (nothing is cast silently)",
+}
+
+
+@pytest.mark.filterwarnings("ignore:.*(beta|prototype|deprecated).*:UserWarning")
+@pytest.mark.parametrize("kind", list(UNCOPYABLE))
+def test_an_uncopyable_tensor_after_four_good_entries_leaves_every_tensor_as_it_was(saved, kind):
+    plan, model, _ = saved
+    live = build(plan, device="cpu", initialization_seed=3)
+    before = snapshot(live)
+    state = {key: value + 1 for key, value in model.state_dict().items()}  # every entry differs from live
+    key = "nodes.n_n4.weight"
+    assert list(state).index(key) == 4 and state[key].dim() == 2  # torch would copy the first four
+    state[key] = _uncopyable(kind, state[key])
+    with raises("E_INTEGRITY") as error:
+        load_state(live, state)
+    assert error.value.chain == (f"'{key}' {UNCOPYABLE[kind]}",)
+    assert error.value.location.node == "n4"
+    assert same_state(live, before)  # not one entry was copied
+    with raises("E_INTEGRITY"):
+        restore(plan.to_json(), state, device="cpu")
+
+
+def test_non_contiguous_entries_and_parameters_still_load(saved):
+    plan, model, _ = saved
+    state = dict(model.state_dict())
+    weight = state["nodes.n_n4.weight"]
+    state["nodes.n_n4.weight"] = weight.t().contiguous().t()  # same values, transposed strides
+    assert not state["nodes.n_n4.weight"].is_contiguous()
+    restored = restore(plan.to_json(), state, device="cpu")
+    assert same_state(restored, model.state_dict())
+    with_parameters = model.state_dict(keep_vars=True)
+    assert isinstance(with_parameters["nodes.n_n0.weight"], nn.Parameter)
+    assert same_state(restore(plan, with_parameters, device="cpu"), model.state_dict())
+
+
+@pytest.mark.parametrize("metadata", [["not", "a", "mapping"], {"nodes.n_bn": "version 2"},
+                                      {"nodes.n_bn": {"version": "2"}}, {"nodes.n_bn": {"version": True}},
+                                      {3: {"version": 1}}, {"nodes.n_bn": {"version": 0}}],
+                         ids=["a list", "an entry that is a str", "a str version", "a bool version", "an int prefix",
+                              "version 0"])
+def test_malformed_version_metadata_is_e_schema_before_anything_is_loaded(metadata):
+    """batch_norm's loader compares its saved version with 2: a str there used to raise
+    TypeError after the convolution before it had been copied."""
+    plan = hndl.resolve("conv(4, kernel_size=1)\nbatch_norm(name='bn')\nflatten()\nlinear(3)",
+                        input_shape=("B", 2, 3, 3), output_shape=("B", 3))
+    live = build(plan, device="cpu", initialization_seed=3)
+    before = snapshot(live)
+    state = build(plan, device="cpu", initialization_seed=4).state_dict()
+    state._metadata = metadata
+    with raises("E_SCHEMA") as error:
+        load_state(live, state)
+    assert error.value.location.field == "state_dict._metadata"
+    assert same_state(live, before)
+
+
+def test_a_loader_option_in_the_metadata_is_not_the_datas_to_choose(saved):
+    """torch reads ``assign_to_params_buffers`` from the metadata: data naming it would swap the
+    live Parameters for the file's tensors. load_state passes only the module versions."""
+    plan, model, _ = saved
+    live = build(plan, device="cpu")
+    parameters = {name: parameter for name, parameter in live.named_parameters()}
+    state = model.state_dict()
+    for entry in state._metadata.values():
+        entry["assign_to_params_buffers"] = True
+    load_state(live, state)
+    assert all(parameter is parameters[name] for name, parameter in live.named_parameters())
+    assert same_state(live, model.state_dict())

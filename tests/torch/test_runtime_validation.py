@@ -692,3 +692,69 @@ def test_signatures_follow_the_device_and_moves_on_cuda():
     model.to("cuda")
     compiled = torch.compile(model, backend="eager", fullgraph=True)
     torch.testing.assert_close(compiled(x=x)["output"], expected)
+
+
+# -- where notes point, and positional calls (issue 15, items 22 and 24) --------------------------
+def test_a_note_for_a_node_captured_from_a_callable_prints_only_what_is_known(registry):
+    """Native capture records the call's line but not its column: the note says ``line N``,
+    never ``column None``."""
+
+    def embedding(x):
+        hidden = registry.ops.linear(x, 4)
+        return registry.ops.flaky(hidden, name="odd")
+
+    plan = hndl.resolve_callable(embedding, input_shape=("B", 8), output_shape=("B", 4), registry=registry)
+    line = embedding.__code__.co_firstlineno + 2
+    assert plan.nodes[1].source["line"] == line and plan.nodes[1].source["column"] is None
+    model = build(plan, device="cpu", registry=registry)
+    model.nodes.n_odd.failure = "matmul"
+    with pytest.raises(RuntimeError) as error:
+        model(x=torch.randn(2, 8))
+    (note,) = notes(error.value)
+    assert note.splitlines()[0] == f"HNDL: raised inside node 'odd' (flaky, line {line})"
+    assert "None" not in note
+
+
+def test_a_graph_module_called_positionally_is_e_binding_before_any_node_runs(registry):
+    model = custom("flaky()", registry)
+    x = torch.randn(2, 4)
+    model(x=x)
+    for call in (lambda: model(x), lambda: model(x, x=x), lambda: model.forward(x)):
+        with pytest.raises(HNDLError) as error:
+            call()
+        assert error.value.code == "E_BINDING"
+        assert error.value.message.startswith("a GraphModule takes its inputs by keyword (x=...); got 1 positional")
+        assert "network facade" in error.value.remedies[0]
+    assert model.nodes.n_n0.calls == 1
+    assert torch.equal(model(x=x)["output"], x)
+
+
+def test_a_positional_call_through_hooks_is_e_binding_unless_a_hook_binds_it(registry):
+    model = custom("flaky()", registry)
+    x = torch.randn(2, 4)
+    handle = model.register_forward_hook(lambda module, args, output: output)
+    with pytest.raises(HNDLError) as error:
+        model(x)
+    assert error.value.code == "E_BINDING"
+    handle.remove()
+    handle = model.register_forward_pre_hook(lambda module, args, kwargs: ((), {"x": args[0]}), with_kwargs=True)
+    assert torch.equal(model(x)["output"], x)  # forward checks what the hooks hand it
+    handle.remove()
+
+
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graph breaks", "fullgraph"])
+def test_a_compiled_graph_module_called_positionally_fails_naming_hndl(fullgraph):
+    torch._dynamo.reset()
+    try:
+        model = mlp()
+        x = torch.randn(3, 4)
+        compiled = torch.compile(model, backend="eager", fullgraph=fullgraph)
+        torch.testing.assert_close(compiled(x=x)["output"], model(x=x)["output"])
+        with pytest.raises(Exception) as error:
+            compiled(x)
+        if fullgraph:
+            assert "HNDL: a contract or registered-state check failed while tracing" in str(error.value)
+        else:
+            assert isinstance(error.value, HNDLError) and error.value.code == "E_BINDING"
+    finally:
+        torch._dynamo.reset()
