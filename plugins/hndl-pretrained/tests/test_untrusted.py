@@ -330,3 +330,13 @@ def test_path_like_sources_resolve_or_fail_with_a_source_code_and_open_nothing_o
         assert outside == [], f"{source!r} opened {outside[:3]}"
 
     check()
+
+
+def test_security_md_lists_every_refused_config_key():
+    """SECURITY.md's table of refused config.json keys is the pack's list, key for key."""
+    from hndl_pretrained.libraries import TIMM_REFUSED, TRANSFORMERS_REFUSED
+
+    security = (Path(__file__).resolve().parents[3] / "SECURITY.md").read_text(encoding="utf-8")
+    table = security[security.index("| Library | Refused keys |"):]
+    for key in (*TIMM_REFUSED, *TRANSFORMERS_REFUSED):
+        assert f"`{key}`" in table, key
