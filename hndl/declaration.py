@@ -201,7 +201,7 @@ class Arg:
         raise AttributeError(f"Arg is immutable; cannot delete {name!r}")
 
     def _key(self) -> tuple:
-        return tuple(getattr(self, slot) for slot in self.__slots__)
+        return tuple(getattr(self, slot) for slot in Arg.__slots__)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Arg):
@@ -216,14 +216,14 @@ class Arg:
         if self.default is not MISSING:
             parts.append(repr(self.default))
         defaults = Arg.__init__.__kwdefaults__
-        for slot in self.__slots__[2:]:
+        for slot in Arg.__slots__[2:]:
             value = getattr(self, slot)
             if value != defaults[slot]:
                 parts.append(f"{slot}={value!r}")
         return f"Arg({', '.join(parts)})"
 
     def __reduce__(self):
-        kwargs = {slot: getattr(self, slot) for slot in self.__slots__[2:]}
+        kwargs = {slot: getattr(self, slot) for slot in Arg.__slots__[2:]}
         return (_rebuild_arg, (self.type, self.default, kwargs))
 
     # -- derived ------------------------------------------------------------------------
@@ -363,6 +363,43 @@ class Arg:
                 "default",
                 "Give a default that satisfies the argument's type, bounds and choices.",
             )
+
+
+class _TensorCount(Arg):
+    """The ``input_count`` of a variadic input: how many tensors one call passes.
+
+    The frontends set it from the call and authors never write it, so a count outside its
+    declared bounds is reported as tensors passed, with nesting calls as the remedy, instead
+    of asking for an argument nobody typed. It equals the ``Arg`` it was made from.
+    """
+
+    __slots__ = ("alias", "port")
+
+    def __init__(self, arg: Arg, alias: str, port: str) -> None:
+        super().__init__(arg.type, arg.default, **{slot: getattr(arg, slot) for slot in Arg.__slots__[2:]})
+        object.__setattr__(self, "alias", alias)
+        object.__setattr__(self, "port", port)
+
+    def _bounded(self, value: Any, name: str, node: Optional[str]) -> Any:
+        if _within(value, self.min, self.max, self.exclusive_min, self.exclusive_max):
+            return value
+        low = None if self.min is None else self.min + (1 if self.exclusive_min else 0)
+        high = None if self.max is None else self.max - (1 if self.exclusive_max else 0)
+        span = f"{low} to {high}" if low is not None and high is not None else \
+            f"at least {low}" if low is not None else f"at most {high}"
+        alias = self.alias
+        if high is not None and value > high:
+            remedy = (f"Pass at most {high} tensors to one {alias} call; to combine more, nest the calls, "
+                      f"e.g. {alias}({alias}(t0, ..., t{high - 1}), t{high}, ...).")
+        else:
+            remedy = f"Pass at least {low} tensors to {alias}, as {self.port}0, {self.port}1, ... or positionally."
+        raise HNDLError(
+            "E_ARGUMENT",
+            f"{alias} takes {span} input tensors in one call ({self.port}0, {self.port}1, ...), got {value}",
+            field=name,
+            node=node,
+            remedies=(remedy,),
+        )
 
 
 def _rebuild_arg(type_: Any, default: Any, kwargs: dict) -> Arg:
@@ -747,6 +784,8 @@ def operator(
     _check_batch(where, batch, relation)
     arg_map = _check_args(where, args, signature)
     _check_variadics(where, signature, arg_map, outputs_from)
+    if signature.variadic_input:
+        arg_map["input_count"] = _TensorCount(arg_map["input_count"], alias, signature.inputs[0].name)
     _check_positional_rest(where, positional_rest, arg_map)
     policy_map = _check_policies(where, policies, arg_map)
 

@@ -8,9 +8,10 @@ so the command reports the same HNDLError a Python caller would get.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
-from pathlib import Path
+import tempfile
 from typing import Optional, Sequence
 
 from ..contracts import COMPUTE_DTYPES
@@ -19,6 +20,10 @@ from ..packs import split_pack_names
 from ..registry import Registry
 
 _INT = re.compile(r"[+-]?\d+\Z")
+#: The most digits an extent can have: no int64, and so no dimension limit, has more.
+_MAX_DIGITS = len(str(2**63 - 1))
+#: How much of an over-long option value a diagnostic quotes.
+_QUOTED_CHARS = 60
 
 
 class Failure(Exception):
@@ -55,6 +60,13 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
 
 
 # -- parsing option text --------------------------------------------------------------------------------
+def quoted(text: str) -> str:
+    """``repr(text)``, shortened so a diagnostic about a huge value stays one short paragraph."""
+    if len(text) <= _QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:_QUOTED_CHARS]!r}... ({len(text)} characters)"
+
+
 def parse_shape(text: str, option: str) -> tuple:
     """``B,128`` -> ``("B", 128)``; brackets are optional; entries that are not integers stay text."""
     body = text.strip()
@@ -62,8 +74,21 @@ def parse_shape(text: str, option: str) -> tuple:
         body = body[1:-1]
     entries = [entry.strip() for entry in body.split(",")]
     if not body.strip() or any(not entry for entry in entries):
-        raise Failure(f"{option} {text!r}: write comma-separated entries such as B,128")
-    return tuple(int(entry) if _INT.match(entry) else entry for entry in entries)
+        raise Failure(f"{option} {quoted(text)}: write comma-separated entries such as B,128")
+    return tuple(_extent(entry, axis, text, option) if _INT.match(entry) else entry
+                 for axis, entry in enumerate(entries))
+
+
+def _extent(entry: str, axis: int, text: str, option: str) -> int:
+    """An integer entry; a digit flood no extent can reach is refused before ``int()`` sees it
+    (Python's own conversion raises ValueError beyond 4,300 digits)."""
+    digits = len(entry.lstrip("+-"))
+    if digits > _MAX_DIGITS:
+        raise Failure(
+            f"{option} {quoted(text)}: axis {axis} is a {digits}-digit integer; an extent is a "
+            f"positive integer of at most {_MAX_DIGITS} digits (and at most max_dimension)"
+        )
+    return int(entry)
 
 
 def parse_contract(values: Sequence[str], option: str):
@@ -80,7 +105,7 @@ def parse_contract(values: Sequence[str], option: str):
         name, _, shape = value.partition("=")
         name = name.strip()
         if name in contract:
-            raise Failure(f"{option} names the port {name!r} twice")
+            raise Failure(f"{option} names the port {quoted(name)} twice")
         contract[name] = parse_shape(shape, f"{option} {name}")
     return contract
 
@@ -104,7 +129,7 @@ def parse_input_dtype(values: Optional[Sequence[str]]):
     for value in values:
         name, _, dtype = value.partition("=")
         if name.strip() in chosen:
-            raise Failure(f"--input-dtype names the input {name.strip()!r} twice")
+            raise Failure(f"--input-dtype names the input {quoted(name.strip())} twice")
         chosen[name.strip()] = dtype.strip()
     return chosen
 
@@ -137,13 +162,45 @@ def resolve_spec(options: argparse.Namespace):
         registry=registry(options.packs),
     )
     if options.spec == "-":
-        return resolve(sys.stdin.read(), **keywords)
+        return resolve(read_stdin(), **keywords)
     return resolve_file(options.spec, **keywords)
+
+
+def read_stdin() -> str:
+    """The configuration on standard input: bounded and strict UTF-8, like a file."""
+    from ..frontends.config.source import read_stream
+
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise Failure("SPEC is -, but standard input is closed; pipe the configuration in or pass a file")
+    return read_stream(stream)
 
 
 # -- files ------------------------------------------------------------------------------------------------
 def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename,
+    so a failure (a full disk, an interrupt) never leaves a half-written plan or drawing."""
+    data = text.encode("utf-8")
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory")
+        handle, partial = tempfile.mkstemp(prefix=".hndl-", suffix=".partial", dir=folder)
+    except (OSError, ValueError) as error:  # ValueError: an embedded NUL in the path
+        raise Failure(f"cannot write {quoted(path)}: {getattr(error, 'strerror', None) or error}") from None
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.chmod(partial, 0o666 & ~_umask())  # mkstemp's 0600 would make the result private
+        os.replace(partial, path)
     except OSError as error:
-        raise Failure(f"cannot write {path}: {error.strerror or error}") from None
+        raise Failure(f"cannot write {quoted(path)}: {error.strerror or error}") from None
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

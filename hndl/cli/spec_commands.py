@@ -62,9 +62,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_resolve(options: argparse.Namespace) -> int:
     plan = resolve_spec(options)
+    if options.save:  # saved before anything is printed, so a failed save prints no table
+        write_text(options.save, plan.to_json())
     print(shape_table(plan))
     if options.save:
-        write_text(options.save, plan.to_json())
         print(f"saved plan to {options.save} ({plan.semantic_digest})")
     return 0
 

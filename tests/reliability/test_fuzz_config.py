@@ -10,7 +10,9 @@ text would travel:
   literals mixed in;
 * **mutation**: the golden-vector and example sources, mutated by character insertion,
   deletion and replacement, line shuffles, number swaps (huge, zero, negative, float) and
-  identifier swaps.
+  identifier swaps;
+* **families** (issue 15): lone surrogates, digit floods in literals and in contracts,
+  path-like strings, and f-strings up to 200,000 fields, placed anywhere in a valid program.
 
 Invariant (checked by ``conftest.untrusted_call``): every input resolves or raises HNDLError
 with a catalog code; never another exception, never a hang, never exec/compile/import/open in
@@ -369,13 +371,64 @@ def mutated(draw):
 
 
 # ---------------------------------------------------------------------------------------------
+# The hostile input families (issue 15)
+# ---------------------------------------------------------------------------------------------
+
+SURROGATES = ["\ud800", "\udfff", "\udc80", "\ud83d"]
+FLOODS = [21, 4300, 4301, 5000, 100_000]
+PATHS = ["'/etc/passwd'", "'../../secret'", "'C:\\\\Windows\\\\system32'", "'~/.ssh/id_rsa'", "'file:///etc/hosts'",
+         "'hf://org/model'", "'\\\\\\\\server\\\\share'", "'/dev/zero'", "'/proc/self/mem'", "'.'", "''"]
+
+
+@st.composite
+def families(draw):
+    """One hostile construct of a named family inside an otherwise valid program."""
+    family = draw(st.sampled_from(["surrogate", "literal flood", "contract flood", "path", "f-string"]))
+    contract = CONTRACTS[0]
+    if family == "surrogate":
+        piece = draw(st.sampled_from([f"linear(8, name='{char}')" for char in SURROGATES]
+                                     + [f"# {SURROGATES[2]}", f"linear(8){SURROGATES[0]}", SURROGATES[1]]))
+    elif family == "literal flood":
+        digits = "9" * draw(st.sampled_from(FLOODS))
+        piece = draw(st.sampled_from([f"linear({digits})", f"linear(8, v=[{digits}])", f"linear(-{digits})",
+                                      f"linear(0x{digits})", f"linear(1e{digits})", f"linear({digits}.5)",
+                                      f"linear(8, init={{'weight': {digits}}})"]))
+    elif family == "contract flood":
+        extent = draw(st.sampled_from([10 ** 25, 2 ** 64, 10 ** 4301, "9" * 5000]))
+        contract = draw(st.sampled_from([{"input_shape": ("B", extent), "output_shape": ("B", 8)},
+                                         {"input_shape": ("B", 8), "output_shape": ("B", extent)},
+                                         {"input_shape": {"x": ("B", 8, extent)}, "output_shape": ("B", 8)}]))
+        piece = "linear(8)"
+    elif family == "path":
+        path = draw(st.sampled_from(PATHS))
+        piece = draw(st.sampled_from([f"linear(8, name={path})", f"conv(8, policy={path})", f"linear({path})",
+                                      f"linear(8, init={{{path}: 0}})"]))
+    else:
+        fields = draw(st.sampled_from([1, 2, 100, 20_000, 200_000]))
+        piece = draw(st.sampled_from(["linear(8, name=f'" + "{x}" * fields + "')",
+                                      'relu(rf"' + "{x!r:>{y}}" * min(fields, 20_000) + '")',
+                                      "linear(8)  # f'" + "{x}" * fields + "'\nrelu(F'{x}')"]))
+    lines = ["linear(8)", "relu()", "linear()"]
+    lines.insert(draw(st.integers(0, len(lines))), piece)
+    return "\n".join(lines), contract
+
+
+# ---------------------------------------------------------------------------------------------
 # The invariant
 # ---------------------------------------------------------------------------------------------
+
+def brief(value) -> str:
+    """A short repr for failure messages; a digit flood cannot even be formatted by Python."""
+    try:
+        return repr(value)[:300]
+    except ValueError:
+        return f"<{type(value).__name__} holding an integer beyond Python's str() digit limit>"
+
 
 def check_source(support, source: str, contract: dict) -> None:
     support.ensure_worker(REGISTRY)  # a previous input may have cost the worker its life; restart it unrecorded
     outcome = support.untrusted_call(lambda: hndl.resolve(source, registry=REGISTRY, **contract),
-                             what=f"resolve({source[:300]!r}, {contract})")
+                             what=f"resolve({source[:300]!r}, {brief(contract)})")
     if outcome.error is None:
         plan = outcome.value
         text = plan.to_json()
@@ -411,6 +464,12 @@ def test_mutated_valid_configurations_resolve_or_fail_with_a_code(warm, support,
 
 
 @NORMAL
+@given(case=families())
+def test_hostile_input_families_fail_with_a_code(warm, support, case):
+    check_source(support, *case)
+
+
+@NORMAL
 @given(source=st.text(max_size=200), contract=st.sampled_from(CONTRACTS[:2]))
 def test_arbitrary_text_resolves_or_fails_with_a_code(warm, support, source, contract):
     check_source(support, source, contract)
@@ -439,9 +498,36 @@ def test_fuzz_mutated_valid_configurations(warm, support, case):
 
 @pytest.mark.fuzz
 @LONG
+@given(case=families())
+def test_fuzz_hostile_input_families(warm, support, case):
+    check_source(support, *case)
+
+
+@pytest.mark.fuzz
+@LONG
 @given(source=st.text(max_size=400), contract=st.sampled_from(CONTRACTS[:2]))
 def test_fuzz_arbitrary_text(warm, support, source, contract):
     check_source(support, source, contract)
+
+
+def test_every_family_member_is_refused_with_its_code(warm, support):
+    """Each hostile family, one representative each, with the code it must produce: a path is
+    only a string (never opened), an f-string is E_SYNTAX before any parse, floods are bounded."""
+    cases = [
+        ("linear(8, name='\ud800')", CONTRACTS[0], "E_SYNTAX"),
+        ("linear(" + "9" * 5000 + ")", CONTRACTS[0], "E_RESOURCE"),
+        ("linear(8, name='/etc/passwd')", CONTRACTS[0], "E_NAME"),
+        ("linear(8, name=f'" + "{x}" * 200_000 + "')", CONTRACTS[0], "E_SYNTAX"),
+        ("linear(8)", {"input_shape": ("B", 8), "output_shape": ("B", "9" * 5000)}, "E_SCHEMA"),
+    ]
+    for source, contract, code in cases:
+        support.ensure_worker(REGISTRY)
+        outcome = support.untrusted_call(lambda: hndl.resolve(source, registry=REGISTRY, **contract),
+                                         what=f"resolve({source[:80]!r})")
+        assert outcome.code == code, (source[:80], outcome.error)
+    # text that only contains an f and a quote is configuration like any other
+    plan = hndl.resolve("linear(8)  # f'x'\nrelu()\nlinear()", registry=REGISTRY, **CONTRACTS[0])
+    assert len(plan.nodes) == 3
 
 
 def test_the_host_recorder_sees_effects_so_its_silence_means_something(support, tmp_path):

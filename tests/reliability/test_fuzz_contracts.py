@@ -28,8 +28,11 @@ LONG = settings.get_profile("hndl-fuzz")
 REGISTRY = hndl.Registry.from_packs("basic", "vision", "transformer")
 ALIASES = REGISTRY.aliases()
 
+#: Digit floods (issue 15): ints and digit strings longer than Python's 4,300-digit str() limit,
+#: the same values `hndl resolve --input-shape B,<5000 digits>` used to turn into a traceback.
+FLOODS = [10**4300, 10**5000, -(10**5000), "9" * 5000, "1" + "0" * 4300]
 EXTENTS = [1, 2, 3, 8, 16, 128, 2**31 - 1, 2**31, 2**63, 10**30, 0, -1, -(2**63), True, False, 1.0, 8.0, float("nan"),
-           float("inf"), "8", "B", None, (), [], {}]
+           float("inf"), "8", "B", None, (), [], {}, *FLOODS]
 SYMBOLS = ["B", "N", "batch", "b", "_", "B1", "2*B", "1*B", "B*2", "x", "", " B", "B ", "é", "None", "class", 1, None,
            b"B", ("B",)]
 NAMES = ["x", "y", "output", "image", "label", "a_1", "Image", "1x", "", "linear", "relu", "x-y", "ü", "_x",
@@ -60,7 +63,8 @@ def contracts():
 
 def limits():
     keys = st.one_of(st.sampled_from(sorted(DEFAULT_LIMITS)), st.sampled_from(["max_depth", "", "max_nodez"]))
-    values = st.one_of(st.integers(min_value=-2, max_value=2**70), st.sampled_from([0, 1, True, None, 1.5, "10"]))
+    values = st.one_of(st.integers(min_value=-2, max_value=2**70),
+                       st.sampled_from([0, 1, True, None, 1.5, "10", 10**5000, -(10**5000), "9" * 5000]))
     return st.one_of(st.none(), st.none(), st.dictionaries(keys, values, max_size=3),
                      st.sampled_from([[("max_nodes", 1)], 10, "max_nodes=1", {}]))
 
@@ -79,6 +83,14 @@ def _callable(source):
         for line in source.splitlines():
             getattr(REGISTRY.ops, line.split("(")[0])()
     return fn
+
+
+def brief(value) -> str:
+    """A short repr for failure messages; a digit flood cannot even be formatted by Python."""
+    try:
+        return repr(value)[:300]
+    except ValueError:
+        return f"<{type(value).__name__} holding an integer beyond Python's str() digit limit>"
 
 
 def check_accepted(plan, input_shape, output_shape, checked_limits):
@@ -101,7 +113,7 @@ def check_contract(support, entry, source, input_shape, output_shape, dtype, inp
     else:
         keywords.pop("registry"), keywords.pop("limits")
         call = lambda: parse_contracts(**keywords, aliases=ALIASES)  # noqa: E731
-    outcome = support.untrusted_call(call, what=f"{entry}({source!r}, {keywords})")
+    outcome = support.untrusted_call(call, what=f"{entry}({source!r}, {brief(keywords)})")
     if outcome.error is None and entry != "parse":
         from hndl.limits import validate_limits
 
@@ -132,6 +144,31 @@ def test_generated_contracts_resolve_or_fail_with_a_code(warm, support, entry, s
 def test_fuzz_generated_contracts(warm, support, entry, source, input_shape, output_shape, dtype, input_dtype,
                                   limits_value):
     check_contract(support, entry, source, input_shape, output_shape, dtype, input_dtype, limits_value)
+
+
+@pytest.mark.parametrize("flood", [10**5000, -(10**5000), "9" * 5000], ids=["10**5000", "-10**5000", "'9'*5000"])
+@pytest.mark.parametrize("where", ["input", "output", "named input", "limits"])
+def test_digit_floods_in_shapes_and_limits_fail_with_a_code(warm, support, where, flood):
+    """Every entry point turns a digit flood into a short HNDLError: formatting such an int for
+    a message raises ValueError in Python itself, so no diagnostic may print it whole."""
+    keywords = dict(input_shape=("B", 8), output_shape=("B", 8), registry=REGISTRY)
+    if where == "input":
+        keywords["input_shape"] = ("B", flood)
+    elif where == "output":
+        keywords["output_shape"] = ("B", 4, flood)
+    elif where == "named input":
+        keywords["input_shape"] = {"x": ("B", 8), "y": ("B", flood)}
+    else:
+        keywords["limits"] = {"max_dimension": flood}
+    for call in (lambda: hndl.resolve("linear(8)", **keywords),
+                 lambda: hndl.resolve_callable(_callable("linear(8)"), **keywords)):
+        support.ensure_worker(REGISTRY)
+        outcome = support.untrusted_call(call, what=f"{where} flood")
+        if outcome.error is not None:
+            assert outcome.code in ("E_SCHEMA", "E_RESOURCE", "E_BINDING"), outcome.error
+            assert len(str(outcome.error)) < 2000, str(outcome.error)[:300]
+        else:
+            assert where == "limits" and type(flood) is int and flood > 0  # a huge limit is a valid limit
 
 
 def test_the_contract_generator_reaches_successful_resolutions(warm):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from keyword import iskeyword
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, NoReturn, Optional, Sequence, Union
@@ -41,6 +42,7 @@ __all__ = [
     "Statement",
     "Program",
     "parse_config",
+    "reject_formatted_strings",
 ]
 
 #: The frontend version recorded with source provenance.
@@ -322,6 +324,55 @@ def _check_inputs(inputs: object, aliases: frozenset[str]) -> tuple[str, ...]:
 def _is_keyword(name: str) -> bool:
     """Python keywords cannot be locals (soft keywords such as ``match`` can)."""
     return iskeyword(name)
+
+
+#: A comment or a whole string literal (without its prefix). A backslash in a string always
+#: takes the next character with it, in raw strings too, as Python's tokenizer does.
+_COMMENT_OR_STRING = re.compile(
+    r"""#[^\n]*+"""
+    r"""|'''(?:[^'\\]++|\\.|'(?!''))*+'''|\"\"\"(?:[^"\\]++|\\.|"(?!""))*+\"\"\""""
+    r"""|'(?:[^'\\\n]++|\\.)*+'|"(?:[^"\\\n]++|\\.)*+\"""",
+    re.DOTALL,
+)
+#: Where an f-string could open; a source without one needs no scan.
+_FORMATTED_OPENING = re.compile(r"""[fF][rR]?['"]""")
+_FORMATTED_PREFIXES = frozenset({"f", "F", "rf", "rF", "Rf", "RF", "fr", "fR", "Fr", "FR"})
+
+
+def reject_formatted_strings(source: Source) -> None:
+    """E_SYNTAX at the first f-string, found by a linear scan before anything is parsed.
+
+    f-strings are never python_config@1, and CPython parses one with many fields in quadratic
+    time (200,000 fields take about 10 s), so they are refused before ``ast.parse`` sees them.
+    Comments and string bodies are skipped whole, so ``name="elf'"`` is untouched, and a
+    literal's prefix is the whole name-like run before its quote, as Python reads it
+    (``elf"x"`` is the name ``elf`` and a plain string).
+    """
+    text = source.text
+    if _FORMATTED_OPENING.search(text) is None:
+        return  # no f-string can open anywhere: the common case costs one search
+    for lexeme in _COMMENT_OR_STRING.finditer(text):
+        quote = lexeme.start()
+        if quote and text[quote - 1] in "fFrR" and text[quote] != "#":
+            start = quote - 1
+            while start > 0 and quote - start < 3 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+                start -= 1
+            if text[start:quote] in _FORMATTED_PREFIXES:
+                _formatted_string_error(source, start)
+
+
+def _formatted_string_error(source: Source, index: int) -> NoReturn:
+    """The f-string rejection, at the original position of the literal's prefix."""
+    text = source.text
+    line, column = source.position(text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1))
+    raise HNDLError(
+        "E_SYNTAX",
+        f"{_EXPRESSION_FORMS['JoinedStr']} are not part of python_config@1",
+        line=line,
+        column=column,
+        file=source.file,
+        remedies=(_REMEDY_SYNTAX,),
+    )
 
 
 def _parse(source: Source) -> ast.Module:
@@ -865,6 +916,7 @@ def parse_config(
     resolved = resolve_budgets(budgets)
     alias_names = _check_aliases(aliases)
     input_names = _check_inputs(inputs, alias_names)
+    reject_formatted_strings(source)
     module = _parse(source)
     _check_ast_budgets(module, source, resolved)
     try:

@@ -18,13 +18,13 @@ import os
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Union
+from typing import BinaryIO, Mapping, Optional, Union
 
 from ...bounded_read import read_bounded
 from ...errors import HNDLError
 from ...limits import SOURCE_BUDGETS, merge_bounds
 
-__all__ = ["Source", "load_text", "load_file", "resolve_budgets"]
+__all__ = ["Source", "load_text", "load_file", "read_stream", "resolve_budgets"]
 
 _WHITESPACE_ONLY = re.compile(r"[ \t]+")
 _LEADING_WHITESPACE = re.compile(r"[ \t]*")
@@ -218,7 +218,7 @@ def load_text(text: str, *, budgets: Optional[Mapping[str, int]] = SOURCE_BUDGET
     return _load(text, budgets, None)
 
 
-def _decode(data: bytes, path: str) -> str:
+def _decode(data: bytes, path: str, what: str = "configuration file") -> str:
     """Strict UTF-8 decoding; the first bad byte is reported by line and column."""
     try:
         text = data.decode("utf-8")
@@ -227,7 +227,7 @@ def _decode(data: bytes, path: str) -> str:
         line, column = _line_and_column(prefix, len(prefix))
         raise HNDLError(
             "E_SYNTAX",
-            f"configuration file is not valid UTF-8: byte 0x{data[exc.start]:02x} "
+            f"{what} is not valid UTF-8: byte 0x{data[exc.start]:02x} "
             f"at offset {exc.start} ({exc.reason})",
             line=line,
             column=column,
@@ -268,3 +268,31 @@ def load_file(
             remedies=("Shrink the file, or raise max_source_bytes explicitly.",),
         )
     return _load(_decode(data, name), resolved, name)
+
+
+def read_stream(
+    stream: BinaryIO, *, name: str = "standard input", budgets: Optional[Mapping[str, int]] = SOURCE_BUDGETS
+) -> str:
+    """Configuration text from a binary stream the host chose (``hndl resolve -`` reads stdin).
+
+    Like a file, the stream is read only up to ``max_source_bytes`` and decoded as strict UTF-8,
+    so an endless or oversized stream is E_RESOURCE after the bound, not a read without end.
+    """
+    limit = resolve_budgets(budgets)["max_source_bytes"]
+    try:
+        data = stream.read(limit + 1)
+    except (OSError, ValueError) as exc:  # ValueError: the stream is closed
+        raise HNDLError(
+            "E_SCHEMA",
+            f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}",
+            file=name,
+            remedies=("Pass configuration text on a readable stream, or the path of a file.",),
+        ) from None
+    if len(data) > limit:
+        raise HNDLError(
+            "E_RESOURCE",
+            f"{name} holds more than {limit} bytes of configuration",
+            file=name,
+            remedies=("Shrink the source, or raise max_source_bytes explicitly.",),
+        )
+    return _decode(data, name, name)

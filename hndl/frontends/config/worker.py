@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Collection, Optional, Sequence
 
 from ...errors import HNDLError
-from .grammar import PARSE_FILENAME, Program, parse_config
+from .grammar import PARSE_FILENAME, Program, parse_config, reject_formatted_strings
 from .source import Source, load_text
 from .wire import decode_error, decode_program, encode_error, encode_program, malformed
 
@@ -124,6 +124,8 @@ def parse_isolated(source: Source, *, aliases: Collection[str], inputs: Sequence
     settings = current()
     if settings.mode == "in-process":
         return parse_config(source, aliases=aliases, inputs=inputs)
+    # An f-string costs CPython's parser quadratic time; refusing it here costs the worker nothing.
+    reject_formatted_strings(source)
     request = {"text": source.original, "aliases": sorted(aliases), "inputs": list(inputs)}
     global _worker
     with _lock:

@@ -285,6 +285,29 @@ def test_fewer_than_two_inputs_is_a_binding_error():
     assert error.code == "E_BINDING"
 
 
+def test_more_than_32_inputs_are_reported_as_tensors_with_nesting_as_the_remedy():
+    """Issue 15, item 23: 33 tensors gave "Give input_count as an int in [2, 32]", an argument
+    nobody writes. A declaration has at most 32 input ports, so the bound stays; the message
+    counts the tensors the call passes and the remedy nests concats."""
+    error = _fails("concat(" + ", ".join(["x"] * 33) + ")", ("B", 4), ("B", 132))
+    assert error.code == "E_ARGUMENT"
+    assert error.message == "concat takes 2 to 32 input tensors in one call (x0, x1, ...), got 33"
+    assert (error.location.line, error.location.column) == (1, 1)
+    assert "Give input_count" not in str(error)
+    (remedy,) = error.remedies
+    assert remedy.startswith("Pass at most 32 tensors to one concat call") and "concat(concat(" in remedy
+    # the remedy works: nested, the same 33 tensors resolve to the same width
+    nested = "a = concat(" + ", ".join(["x"] * 32) + ")\nconcat(a, x)"
+    plan = hndl.resolve(nested, input_shape=("B", 4), output_shape=("B", 132))
+    assert plan.nodes[1].output_shapes["out"] == ("B", 132)
+    # native capture reports the same
+    from hndl import ops
+
+    with pytest.raises(HNDLError) as caught:
+        hndl.resolve_callable(lambda x: ops.concat(*[x] * 33), input_shape=("B", 4), output_shape=("B", 132))
+    assert caught.value.message == error.message
+
+
 def test_numerics_and_gradients_against_torch_cat():
     model = network(
         "a = linear(x, 3)\nb = relu(x)\nconcat(x, a, b)", input_shape=("B", 4), output_shape=("B", 11), device="cpu"

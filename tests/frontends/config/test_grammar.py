@@ -700,3 +700,60 @@ def test_nothing_is_evaluated(monkeypatch):
     monkeypatch.setattr(builtins, "exec", refuse)
     parse(GENERATOR)
     parse(INIT)
+
+
+# -- f-strings are refused before parsing (issue 15, item 14) -------------------------------------
+
+
+def test_an_f_string_with_200000_fields_is_refused_before_the_quadratic_parse():
+    """CPython parses one f-string with n fields in time quadratic in n: 200,000 fields (600 KB,
+    inside the byte budget) took about 10 s. A linear scan refuses it first, at its position."""
+    import time
+
+    text = 'relu()\nlinear(8, name=f"' + "{x}" * 200_000 + '")'
+    start = time.perf_counter()
+    error = fails(text, "E_SYNTAX")
+    seconds = time.perf_counter() - start
+    assert error.message == "formatted strings (f-strings) are not part of python_config@1"
+    assert where(error) == (2, 16)
+    assert "python_config@1" in error.remedies[0]
+    assert seconds < 2.0, f"refused only after {seconds:.2f} s"  # measured: about 0.05 s
+
+
+@pytest.mark.parametrize(
+    "text, position",
+    [
+        ("linear(f'{1}')", (1, 8)),
+        ('linear(rf"x")', (1, 8)),
+        ('linear(Fr"x")', (1, 8)),
+        ("linear('a', name=f'b')", (1, 18)),
+        ("    linear(8)\n    relu(name=F'x')", (2, 15)),  # dedented source, original column
+        ("linear(name='''\nf'x'\n''')\nrelu(name=f'y')", (4, 11)),
+        ("linear(8)  # f'x'\nrelu(name=f'y')", (2, 11)),
+    ],
+)
+def test_the_f_string_scan_reports_the_same_code_and_position_as_the_allowlist(text, position):
+    error = fails(text, "E_SYNTAX")
+    assert error.message.startswith("formatted strings (f-strings) are not part of python_config@1")
+    assert where(error) == position
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "linear(8, name=\"elf'\")",
+        "linear(8, name='elf\"')",
+        "linear(8, name='f\"x\"')",
+        "linear(8, name=r'\\'f\"')",
+        "linear(8, name='''f'x' f\"y\"''')",
+        "linear(8)  # f'not an f-string, a comment'",
+        "linear(8, name='a' \"f'\" 'b')",
+    ],
+)
+def test_text_that_only_contains_f_and_a_quote_is_still_configuration(text):
+    parse(text)
+
+
+def test_names_ending_in_f_before_a_string_are_not_f_strings():
+    # Python reads elf"x" as the name elf followed by a string, a syntax error, never an f-string
+    assert "formatted strings" not in fails('linear(8, name=elf"x")', "E_SYNTAX").message

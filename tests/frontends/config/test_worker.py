@@ -721,3 +721,25 @@ def test_after_an_impostor_the_real_worker_works_again(fake_worker, monkeypatch)
     worker.configure()
     assert _resolve().output_shape == ("B", 8)
     assert _children() == [_worker_pid()]
+
+
+def test_an_f_string_bomb_is_refused_by_the_host_and_costs_the_worker_nothing():
+    """Issue 15, item 14: one f-string with 200,000 fields kept the worker busy for about 10 s
+    (CPython's parser is quadratic in the fields) before it died. The host now refuses it with
+    the allowlist's own E_SYNTAX before sending anything, so no worker is even started."""
+    registry = hndl.Registry.from_packs("basic")
+    worker.configure(mode="process")
+    source = 'linear(8, name=f"' + "{x}" * 200_000 + '")'
+    start = time.perf_counter()
+    with pytest.raises(HNDLError) as caught:
+        hndl.resolve(source, **CONTRACT, registry=registry)
+    seconds = time.perf_counter() - start
+    assert caught.value.code == "E_SYNTAX"
+    assert caught.value.message == "formatted strings (f-strings) are not part of python_config@1"
+    assert (caught.value.location.line, caught.value.location.column) == (1, 16)
+    assert worker._worker is None  # never asked, never started
+    assert seconds < 2.0, f"refused only after {seconds:.2f} s"  # measured: about 0.05 s
+    # text that merely contains f and a quote still travels to the worker and resolves
+    plan = hndl.resolve("linear(8)  # f'x' here is a comment\nrelu()\nlinear()", **CONTRACT,
+                        registry=registry)
+    assert plan.output_shape == ("B", 8) and worker._worker is not None
