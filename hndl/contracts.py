@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Optional
 
-from .errors import HNDLError
+from .errors import HNDLError, shown
 
 COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 INTEGER_DTYPES = ("int64", "int32", "bool")
@@ -69,7 +69,7 @@ def parse_contracts(
     if dtype not in COMPUTE_DTYPES:
         raise HNDLError(
             "E_SCHEMA",
-            f"dtype must be one of {', '.join(COMPUTE_DTYPES)}, got {dtype!r}",
+            f"dtype must be one of {', '.join(COMPUTE_DTYPES)}, got {shown(dtype)}",
             field="dtype",
             remedies=('Use dtype="float32", "float16" or "bfloat16".',),
         )
@@ -83,10 +83,10 @@ def parse_contracts(
             batch_symbols.setdefault(entries[0], f"{side}[{name!r}]")
             parsed.append((name, entries))
     if len(batch_symbols) > 1:
-        shown = ", ".join(f"{where} uses {symbol!r}" for symbol, where in batch_symbols.items())
+        uses = ", ".join(f"{where} uses {shown(symbol)}" for symbol, where in batch_symbols.items())
         raise HNDLError(
             "E_CONSTRAINT",
-            f"every contract must share one batch symbol: {shown}",
+            f"every contract must share one batch symbol: {uses}",
             field="input_shape",
             remedies=("Spell the batch axis the same way in every contract.",),
         )
@@ -117,7 +117,7 @@ def _named(contract: Any, field: str, default_name: str, aliases: Collection[str
         if not isinstance(name, str) or not PORT_NAME.match(name):
             raise HNDLError(
                 "E_NAME",
-                f"{field} port name {name!r} must match [a-z][a-z0-9_]*",
+                f"{field} port name {shown(name)} must match [a-z][a-z0-9_]*",
                 field=field,
                 remedies=("Use a lowercase identifier such as 'image' or 'labels'.",),
             )
@@ -133,7 +133,7 @@ def _named(contract: Any, field: str, default_name: str, aliases: Collection[str
 
 def _shape(shape: Any, field: str, max_dimension: int) -> tuple:
     if not isinstance(shape, (tuple, list)):
-        raise HNDLError("E_SCHEMA", f"{field} must be a tuple of dimensions, not {shape!r}", field=field)
+        raise HNDLError("E_SCHEMA", f"{field} must be a tuple of dimensions, not {shown(shape)}", field=field)
     entries = tuple(shape)
     if len(entries) not in (2, 3, 4):
         raise HNDLError(
@@ -148,7 +148,7 @@ def _shape(shape: Any, field: str, max_dimension: int) -> tuple:
             extra = "; external contracts hold exactly one plan batch, never a multiple"
         raise HNDLError(
             "E_SCHEMA",
-            f"{field} axis 0 must be the batch symbol such as 'B', got {batch!r}{extra}",
+            f"{field} axis 0 must be the batch symbol such as 'B', got {shown(batch)}{extra}",
             field=field,
             remedies=("Write the batch axis as a symbol, e.g. ('B', 128).",),
         )
@@ -156,14 +156,14 @@ def _shape(shape: Any, field: str, max_dimension: int) -> tuple:
         if type(extent) is not int or extent <= 0:
             raise HNDLError(
                 "E_SCHEMA",
-                f"{field} axis {axis} must be a positive integer, got {extent!r}",
+                f"{field} axis {axis} must be a positive integer, got {shown(extent)}",
                 field=field,
                 remedies=("Only the batch axis may stay symbolic; give every other extent as a positive int.",),
             )
         if extent > max_dimension:
             raise HNDLError(
                 "E_RESOURCE",
-                f"{field} axis {axis} is {extent}, above max_dimension={max_dimension}",
+                f"{field} axis {axis} is {shown(extent)}, above max_dimension={max_dimension}",
                 field=field,
             )
     return entries
@@ -184,14 +184,14 @@ def _input_dtypes(input_dtype: Any, names: list[str], dtype: str) -> dict[str, s
                     field="input_dtype",
                 )
     else:
-        raise HNDLError("E_SCHEMA", f"input_dtype must be a dtype name or a mapping, not {input_dtype!r}", field="input_dtype")
+        raise HNDLError("E_SCHEMA", f"input_dtype must be a dtype name or a mapping, not {shown(input_dtype)}", field="input_dtype")
     result = {}
     for name in names:
         value = chosen.get(name, dtype)
         if value not in COMPUTE_DTYPES + INTEGER_DTYPES:
             raise HNDLError(
                 "E_SCHEMA",
-                f"input_dtype of {name!r} must be one of {', '.join(COMPUTE_DTYPES + INTEGER_DTYPES)}, got {value!r}",
+                f"input_dtype of {name!r} must be one of {', '.join(COMPUTE_DTYPES + INTEGER_DTYPES)}, got {shown(value)}",
                 field="input_dtype",
             )
         if value in COMPUTE_DTYPES and value != dtype:
@@ -219,10 +219,9 @@ def batch_multiple(entry: Any, symbol: str, *, field: str = "shape") -> int:
     # refuses to convert more than 4300 digits, and a long run would only cost time.
     digits = match.group(1) if match is not None else ""
     if match is None or match.group(2) != symbol or len(digits) > MULTIPLE_DIGITS or int(digits) < 2:
-        shown = entry if not isinstance(entry, str) or len(entry) <= 40 else f"{entry[:20]}...{entry[-10:]}"
         raise HNDLError(
             "E_SCHEMA",
-            f"malformed batch entry {shown!r}: write {symbol!r} for one batch or k*{symbol} with 2 <= k <= "
+            f"malformed batch entry {shown(entry)}: write {symbol!r} for one batch or k*{symbol} with 2 <= k <= "
             f"{MAX_BATCH_MULTIPLE}, without leading zeros",
             field=field,
             remedies=(f"Spell axis 0 as {symbol!r} or as k*{symbol}, e.g. 2*{symbol}.",),

@@ -121,6 +121,27 @@ class HNDLError(Exception):
         )
 
 
+#: How much of an untrusted value a message shows (``shown``).
+SHOWN_CHARS = 60
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for a message about untrusted input, never long and never failing.
+
+    A huge int cannot even be turned into text (Python's 4,300-digit limit), and a long string
+    would turn a one-line diagnostic into a page, so both are described instead of shown whole.
+    """
+    if type(value) is int and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    try:
+        text = repr(value)
+    except ValueError:  # a container holding such an int
+        return f"a {type(value).__name__} holding an integer too long to show"
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
 def _rebuild(code: str, message: str, where: tuple, chain: tuple, remedies: tuple) -> HNDLError:
     line, column, node, field, file = where
     return HNDLError(code, message, line=line, column=column, node=node, field=field, file=file,

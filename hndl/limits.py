@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Iterator, Mapping, Optional
 
-from .errors import HNDLError
+from .errors import HNDLError, shown
 
 DEFAULT_LIMITS: Mapping[str, int] = MappingProxyType(
     {
@@ -64,14 +64,14 @@ def merge_bounds(given: Optional[Mapping[str, int]], defaults: Mapping[str, int]
         if key not in defaults:
             raise HNDLError(
                 "E_SCHEMA",
-                f"unknown {field} key {key!r}",
+                f"unknown {field} key {shown(key)}",
                 field=field,
                 remedies=(f"Use only the keys {', '.join(defaults)}.",),
             )
         if type(value) is not int or value <= 0:
             raise HNDLError(
                 "E_SCHEMA",
-                f"{field} {key!r} must be a positive integer, got {value!r}",
+                f"{field} {shown(key)} must be a positive integer, got {shown(value)}",
                 field=f"{field}.{key}",
                 remedies=("Give a positive int.",),
             )

@@ -210,3 +210,19 @@ def test_an_error_can_be_copied():
     error = HNDLError("E_OPERATOR", "unknown operator 'silu'", line=1, column=1)
     duplicate = copy.copy(error)
     assert (duplicate.code, duplicate.message, duplicate.location) == (error.code, error.message, error.location)
+
+
+def test_a_message_shows_a_digit_flood_or_a_long_string_briefly():
+    from hndl.errors import SHOWN_CHARS, shown
+
+    assert shown(10**5000) == "an integer of about 5001 digits"  # str() would raise ValueError
+    assert shown(("B", 10**5000)) == "a tuple holding an integer too long to show"
+    assert len(shown("9" * 5000)) < SHOWN_CHARS + 30 and "(5002 characters)" in shown("9" * 5000)
+    assert shown("B") == "'B'" and shown(128) == "128"
+
+
+def test_a_contract_with_a_digit_flood_is_e_resource_with_a_short_message():
+    with pytest.raises(hndl.HNDLError) as error:
+        hndl.resolve("linear()", input_shape=("B", 10**5000), output_shape=("B", 8))
+    assert error.value.code == "E_RESOURCE" and "about 5001 digits" in error.value.message
+    assert len(str(error.value)) < 500
