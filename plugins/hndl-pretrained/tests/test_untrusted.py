@@ -309,14 +309,19 @@ def fuzz_roots(tmp_path_factory, gpt2_dir, kit, hub_cache, monkeypatch):
     return root, hub_cache.root
 
 
-def test_path_like_sources_resolve_or_fail_with_a_source_code_and_open_nothing_outside(fuzz_roots):
+#: Examples per run of the path-like target: the normal suite's count and the long profile's
+#: (``pytest -m fuzz``), the same two counts as tests/reliability/conftest.py.
+NORMAL_EXAMPLES, FUZZ_EXAMPLES = 60, 5000
+
+
+def _check_path_like_sources(fuzz_roots, examples: int) -> None:
     """Sources reach the operator through a captured call, so strings no configuration text can
     hold (lone surrogates) reach it too."""
     root, hub_root = fuzz_roots
     allowed = (os.path.realpath(root.parent.parent), os.path.realpath(hub_root))
     registry = Registry.builtins()
 
-    @settings(max_examples=60, deadline=None, database=None)
+    @settings(max_examples=examples, deadline=None, database=None)
     @given(source=_path_like(str(root)))
     def check(source: str) -> None:
         with opened() as paths:
@@ -330,6 +335,15 @@ def test_path_like_sources_resolve_or_fail_with_a_source_code_and_open_nothing_o
         assert outside == [], f"{source!r} opened {outside[:3]}"
 
     check()
+
+
+def test_path_like_sources_resolve_or_fail_with_a_source_code_and_open_nothing_outside(fuzz_roots):
+    _check_path_like_sources(fuzz_roots, NORMAL_EXAMPLES)
+
+
+@pytest.mark.fuzz
+def test_fuzz_path_like_sources(fuzz_roots):
+    _check_path_like_sources(fuzz_roots, FUZZ_EXAMPLES)
 
 
 def test_security_md_lists_every_refused_config_key():
