@@ -3,6 +3,8 @@
 Each one validates its keywords the same way, builds the author graph through its frontend,
 and hands it to the one resolver. A string is always source; a path only comes from
 ``resolve_file``; a callable only from ``resolve_callable``. No entry point falls back to another.
+Every plan leaves through ``_resolved``, which refuses one that could not be saved and restored
+(§10), so a plan that resolves is always restorable.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from typing import Any, Callable, Mapping, Optional
 
 from ..contracts import parse_contracts
 from ..errors import HNDLError
+from ..graph import Graph
 from ..limits import validate_limits
+from ..persist import require_savable
 from ..plan import ResolvedPlan
 from ..registry import Registry, using_registry
 from ..resolve.resolver import resolve_graph
@@ -72,24 +76,34 @@ def resolve_callable(
     binder = Binder(_contracts(input_shape, output_shape, dtype, input_dtype, registry, checked),
                     max_nodes=checked["max_nodes"])
     graph = capture(fn, binder, registry)
-    with using_registry(registry):
-        return resolve_graph(graph, limits=checked)
+    return _resolved(graph, registry, checked)
 
 
 def _resolve_source(source: Source, input_shape, output_shape, dtype, input_dtype, registry, limits) -> ResolvedPlan:
     checked = validate_limits(limits)
     registry = _registry(registry)
     contracts = _contracts(input_shape, output_shape, dtype, input_dtype, registry, checked)
-    program = parse_isolated(source, aliases=registry.aliases(), inputs=contracts.input_names)
+    # The parser counts operator calls against max_nodes, so an oversized source is refused by
+    # the worker before the host decodes or binds any of it.
+    program = parse_isolated(
+        source, aliases=registry.aliases(), inputs=contracts.input_names, max_nodes=checked["max_nodes"]
+    )
     try:
         graph = interpret(program, Binder(contracts, max_nodes=checked["max_nodes"]), registry)
-        with using_registry(registry):
-            return resolve_graph(graph, limits=checked)
+        return _resolved(graph, registry, checked)
     except HNDLError as error:
         if source.file is None or error.location.line is None or error.location.file is not None:
             raise
         # A line and column from a file mean little without the file's name.
         raise error.located(file=source.file).with_traceback(error.__traceback__) from None
+
+
+def _resolved(graph: Graph, registry: Registry, limits: Mapping[str, int]) -> ResolvedPlan:
+    """Resolve ``graph`` and refuse a plan whose saved form would pass the 16 MiB plan bound (§10)."""
+    with using_registry(registry):
+        plan = resolve_graph(graph, limits=limits)
+    require_savable(plan)
+    return plan
 
 
 def _registry(registry: Optional[Registry]) -> Registry:

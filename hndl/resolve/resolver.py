@@ -14,7 +14,6 @@ from ..collector import collector_paused
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
 from ..limits import limits_in_force
-from ..persist import require_savable
 from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan, format_shape
 from .facts import Facts, TensorFacts
 from .normalize import normalize_node
@@ -174,7 +173,6 @@ def _freeze_plan(
         ),
         nodes=nodes,
     )
-    require_savable(plan)  # a plan that resolves can always be saved and restored (§10)
     return plan
 
 

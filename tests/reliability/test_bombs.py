@@ -146,7 +146,12 @@ BOMBS = {
                              lambda tmp: _many_nodes(10**5), f"max_nodes={DEFAULT_LIMITS['max_nodes']}"),
     "10^6 nodes, callable": ("a captured loop of 10**6 ops.relu()", "host: max_nodes while capturing",
                              lambda tmp: _many_nodes(10**6), f"max_nodes={DEFAULT_LIMITS['max_nodes']}"),
-    "5000 nodes vs max_nodes=1000": ("relu()\\n x 5000 under limits={'max_nodes': 1000}", "host: max_nodes",
+    "49,000 calls (490 KB)": ("linear(8); x 49,000: inside every byte, line and syntax-node budget",
+                              "worker: max_nodes (operator calls)", lambda tmp: _resolve("linear(8);" * 49_000),
+                              f"more than {DEFAULT_LIMITS['max_nodes']} operator calls, "
+                              f"above max_nodes={DEFAULT_LIMITS['max_nodes']}"),
+    "5000 nodes vs max_nodes=1000": ("relu()\\n x 5000 under limits={'max_nodes': 1000}",
+                                     "worker: max_nodes (operator calls)",
                                      lambda tmp: _resolve("relu()\n" * 5000, limits={"max_nodes": 1000}),
                                      "max_nodes=1000"),
     "reshape over max_elements": ("[B, 2**20, 4] -> linear(2**21) -> reshape(2**21, 2**20)", "host: max_elements",
@@ -342,6 +347,25 @@ def test_capture_stops_at_max_nodes_instead_of_recording_without_limit():
     # exactly max_nodes is still fine
     plan = hndl.resolve("relu()\n" * 100, **CONTRACT, registry=REGISTRY, limits={"max_nodes": 100})
     assert len(plan.nodes) == 100
+
+
+def test_a_source_past_max_nodes_costs_the_host_almost_nothing():
+    """Regression (issue 15, item 18): ``"linear(8);" * 49000`` fits every source budget, and the
+    host used to decode the worker's 8 MB reply and bind 10,000 nodes before refusing the next:
+    4.6-9.3 s of host CPU outside the worker's limits. The worker now counts operator calls
+    against max_nodes and replies with the diagnostic alone: about 0.03 s of host CPU, so the
+    bound below (host CPU, which other processes' load does not stretch) has 30x headroom."""
+    import resource
+
+    _fresh_worker()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    error = _refused(_resolve("linear(8);" * 49_000))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    host_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert error.code == "E_RESOURCE"
+    assert error.message == "the configuration has more than 10000 operator calls, above max_nodes=10000"
+    assert (error.location.line, error.location.column) == (1, len("linear(8);") * 10_000 + 1)
+    assert host_cpu < 1.0, f"the host spent {host_cpu:.2f} s of CPU refusing it"
 
 
 def test_zz_report_the_measurements():

@@ -321,6 +321,17 @@ def _check_inputs(inputs: object, aliases: frozenset[str]) -> tuple[str, ...]:
     return names
 
 
+def _check_max_nodes(max_nodes: object) -> None:
+    """``max_nodes`` is None (no bound) or a positive int, as validate_limits makes it."""
+    if max_nodes is not None and (type(max_nodes) is not int or max_nodes < 1):
+        raise HNDLError(
+            "E_SCHEMA",
+            f"max_nodes must be None or a positive int, not {max_nodes!r}"[:200],
+            field="max_nodes",
+            remedies=("Pass the resolution's limits['max_nodes'].",),
+        )
+
+
 def _is_keyword(name: str) -> bool:
     """Python keywords cannot be locals (soft keywords such as ``match`` can)."""
     return iskeyword(name)
@@ -496,12 +507,15 @@ class _Validator:
         aliases: frozenset[str],
         inputs: Sequence[str],
         budgets: Mapping[str, int],
+        max_nodes: Optional[int] = None,
     ) -> None:
         self.source = source
         self.aliases = aliases
         self.defined: set[str] = set(inputs)
         self.budgets = budgets
         self.int_bound = 10 ** budgets["max_int_digits"]
+        self.max_nodes = max_nodes
+        self.calls = 0
 
     # -- diagnostics -----------------------------------------------------------------
 
@@ -727,7 +741,20 @@ class _Validator:
                           "Give each keyword once.")
             seen.add(keyword.arg)
             kwargs.append((keyword.arg, self.argument(keyword.value, keyword=keyword.arg)))
+        self.count_call(node)
         return Call(alias=alias, args=tuple(args), kwargs=tuple(kwargs), pos=self.pos(node))
+
+    def count_call(self, node: ast.Call) -> None:
+        """Each operator call becomes one graph node; refuse the first past ``max_nodes``.
+
+        Counted once a call's arguments are done, which is the order the binder records nodes
+        in (nested calls first), so the refused call is the one the binder would refuse, and a
+        source too large for max_nodes never reaches the host's decoder or binder.
+        """
+        self.calls += 1
+        if self.max_nodes is not None and self.calls > self.max_nodes:
+            self.fail("E_RESOURCE", f"the configuration has more than {self.max_nodes} operator calls, "
+                      f"above max_nodes={self.max_nodes}", node, "Shrink the graph or raise limits['max_nodes'].")
 
     def argument(self, node: ast.expr, *, keyword: Optional[str]) -> Expr:
         """A call argument: tensor name, nested operator call, or bounded literal."""
@@ -904,23 +931,27 @@ def parse_config(
     aliases: Collection[str],
     inputs: Sequence[str],
     budgets: Optional[Mapping[str, int]] = SOURCE_BUDGETS,
+    max_nodes: Optional[int] = None,
 ) -> Program:
     """Parse and completely validate python_config@1 source into an immutable Program.
 
     ``aliases`` are the operator aliases of the selected registry; ``inputs`` are the
-    external input names, prebound as locals in declaration order. No part of the source is
-    evaluated: the tree is budget-checked, validated statement by statement, and returned
-    only when every statement is accepted.
+    external input names, prebound as locals in declaration order. ``max_nodes`` (the
+    resolution's limit; None for no bound) caps the operator calls, one graph node each,
+    with E_RESOURCE at the first call past it. No part of the source is evaluated: the tree
+    is budget-checked, validated statement by statement, and returned only when every
+    statement is accepted.
     """
     source = _check_source(source)
     resolved = resolve_budgets(budgets)
+    _check_max_nodes(max_nodes)
     alias_names = _check_aliases(aliases)
     input_names = _check_inputs(inputs, alias_names)
     reject_formatted_strings(source)
     module = _parse(source)
     _check_ast_budgets(module, source, resolved)
     try:
-        return _Validator(source, alias_names, input_names, resolved).program(module)
+        return _Validator(source, alias_names, input_names, resolved, max_nodes).program(module)
     except RecursionError:
         raise HNDLError(
             "E_RESOURCE",

@@ -85,11 +85,32 @@ def malformed(detail: str) -> HNDLError:
     )
 
 
-def decode_program(data: Any, source: Source) -> Program:
-    """The Program a worker reply describes; ``source`` is the host's own copy of the text."""
+def decode_program(data: Any, source: Source, *, max_nodes: Optional[int] = None) -> Program:
+    """The Program a worker reply describes; ``source`` is the host's own copy of the text.
+
+    ``max_nodes`` is the bound the worker was given: it refuses the first operator call past
+    it, so a reply holding more calls is malformed, and is refused as each call record is
+    reached, before that call is built.
+    """
     lines = source.text.count("\n") + 1
-    statements = tuple(_decode_statement(item, lines) for item in _list(data, "statements"))
+    calls = _Calls(max_nodes)
+    statements = tuple(_decode_statement(item, lines, calls) for item in _list(data, "statements"))
     return Program(statements=statements, source=source)
+
+
+class _Calls:
+    """Counts the call records of one reply against the worker's ``max_nodes``."""
+
+    __slots__ = ("bound", "count")
+
+    def __init__(self, bound: Optional[int]) -> None:
+        self.bound = bound
+        self.count = 0
+
+    def take(self) -> None:
+        self.count += 1
+        if self.bound is not None and self.count > self.bound:
+            raise malformed(f"more than {self.bound} operator calls, above max_nodes={self.bound}")
 
 
 def decode_error(data: Any, *, file: Optional[str] = None) -> HNDLError:
@@ -115,7 +136,7 @@ def decode_error(data: Any, *, file: Optional[str] = None) -> HNDLError:
     )
 
 
-def _decode_statement(data: Any, lines: int):
+def _decode_statement(data: Any, lines: int, calls: _Calls):
     kind = _kind(data)
     if kind == "assign":
         record = _dict(data, ("k", "targets", "unpack", "value", "pos"))
@@ -125,20 +146,20 @@ def _decode_statement(data: Any, lines: int):
             raise malformed("bad assignment targets")
         if len(set(targets)) != len(targets):
             raise malformed("repeated assignment target")
-        value = _decode_expr(record["value"], 0, lines)
+        value = _decode_expr(record["value"], 0, lines, calls)
         if isinstance(value, Literal):
             raise malformed("literal assignment value")
         return Assign(targets=targets, unpack=unpack, value=value, pos=_decode_pos(record["pos"], lines))
     if kind == "eval":
         record = _dict(data, ("k", "call", "pos"))
-        call = _decode_expr(record["call"], 0, lines)
+        call = _decode_expr(record["call"], 0, lines, calls)
         if not isinstance(call, Call):
             raise malformed("expression statement that is not a call")
         return Evaluate(call=call, pos=_decode_pos(record["pos"], lines))
     raise malformed(f"unknown statement kind {kind!r}"[:200])
 
 
-def _decode_expr(data: Any, depth: int, lines: int):
+def _decode_expr(data: Any, depth: int, lines: int, calls: _Calls):
     if depth > MAX_DEPTH:
         raise malformed("nesting too deep")
     kind = _kind(data)
@@ -147,13 +168,14 @@ def _decode_expr(data: Any, depth: int, lines: int):
         return Name(name=_local(record["name"]), pos=_decode_pos(record["pos"], lines))
     if kind == "pack":
         record = _dict(data, ("k", "items", "pos"))
-        items = tuple(_decode_expr(item, depth + 1, lines) for item in _list(record["items"], "items"))
+        items = tuple(_decode_expr(item, depth + 1, lines, calls) for item in _list(record["items"], "items"))
         if not items or not all(isinstance(item, Name) for item in items):
             raise malformed("pack that is not a non-empty tuple of names")
         return Pack(items=items, pos=_decode_pos(record["pos"], lines))
     if kind == "call":
         record = _dict(data, ("k", "alias", "args", "kwargs", "pos"))
-        args = tuple(_decode_expr(item, depth + 1, lines) for item in _list(record["args"], "args"))
+        calls.take()
+        args = tuple(_decode_expr(item, depth + 1, lines, calls) for item in _list(record["args"], "args"))
         kwargs = []
         seen = set()
         for pair in _list(record["kwargs"], "kwargs"):
@@ -168,7 +190,7 @@ def _decode_expr(data: Any, depth: int, lines: int):
                 decoded = Literal(value=_decode_value(record_value["value"], depth + 2, lines, init=True),
                                   pos=_decode_pos(record_value["pos"], lines))
             else:
-                decoded = _decode_expr(value, depth + 1, lines)
+                decoded = _decode_expr(value, depth + 1, lines, calls)
             kwargs.append((key, decoded))
         if any(isinstance(item, Pack) for item in args) or any(isinstance(v, Pack) for _, v in kwargs):
             raise malformed("pack inside a call")

@@ -119,14 +119,21 @@ def _check(settings: Isolation) -> None:
         )
 
 
-def parse_isolated(source: Source, *, aliases: Collection[str], inputs: Sequence[str]) -> Program:
-    """Parse and validate ``source`` under the configured isolation; the host keeps ``source``."""
+def parse_isolated(
+    source: Source, *, aliases: Collection[str], inputs: Sequence[str], max_nodes: Optional[int] = None
+) -> Program:
+    """Parse and validate ``source`` under the configured isolation; the host keeps ``source``.
+
+    ``max_nodes`` (the resolution's limit, None for no bound) caps the operator calls: the
+    parser refuses the first call past it, in the worker, so the host never decodes a reply
+    larger than the graph it may build; the decoder checks the same bound again.
+    """
     settings = current()
     if settings.mode == "in-process":
-        return parse_config(source, aliases=aliases, inputs=inputs)
+        return parse_config(source, aliases=aliases, inputs=inputs, max_nodes=max_nodes)
     # An f-string costs CPython's parser quadratic time; refusing it here costs the worker nothing.
     reject_formatted_strings(source)
-    request = {"text": source.original, "aliases": sorted(aliases), "inputs": list(inputs)}
+    request = {"text": source.original, "aliases": sorted(aliases), "inputs": list(inputs), "max_nodes": max_nodes}
     global _worker
     with _lock:
         if _worker is not None and not (_worker.usable() and _worker.settings == settings):
@@ -137,7 +144,7 @@ def parse_isolated(source: Source, *, aliases: Collection[str], inputs: Sequence
         if _worker is None:
             _worker = _Worker(settings)
         try:
-            outcome = _outcome(_worker.ask(request), source)
+            outcome = _outcome(_worker.ask(request), source, max_nodes)
         except BaseException:
             # No reply, a late one, a malformed one, or an interrupted exchange (whose reply
             # would otherwise answer the next request): this worker is not trusted again.
@@ -149,10 +156,10 @@ def parse_isolated(source: Source, *, aliases: Collection[str], inputs: Sequence
     return outcome
 
 
-def _outcome(reply: Any, source: Source) -> Any:
+def _outcome(reply: Any, source: Source, max_nodes: Optional[int]) -> Any:
     """The decoded Program, or the worker's diagnostic as an (unraised) HNDLError."""
     if type(reply) is dict and set(reply) == {"ok", "program"} and reply["ok"] is True:
-        return decode_program(reply["program"], source)
+        return decode_program(reply["program"], source, max_nodes=max_nodes)
     if type(reply) is dict and set(reply) == {"ok", "error"} and reply["ok"] is False:
         return decode_error(reply["error"], file=source.file)
     raise malformed("unexpected reply shape")
@@ -346,7 +353,8 @@ def _answer(request: dict, guard: "_AuditGuard") -> dict:
     try:
         source = load_text(request["text"])
         with guard:
-            program = parse_config(source, aliases=request["aliases"], inputs=request["inputs"])
+            program = parse_config(source, aliases=request["aliases"], inputs=request["inputs"],
+                                   max_nodes=request["max_nodes"])
         return {"ok": True, "program": encode_program(program)}
     except HNDLError as error:
         return {"ok": False, "error": encode_error(error)}

@@ -757,3 +757,53 @@ def test_text_that_only_contains_f_and_a_quote_is_still_configuration(text):
 def test_names_ending_in_f_before_a_string_are_not_f_strings():
     # Python reads elf"x" as the name elf followed by a string, a syntax error, never an f-string
     assert "formatted strings" not in fails('linear(8, name=elf"x")', "E_SYNTAX").message
+
+
+# -- max_nodes: one graph node per operator call (issue 15, item 18) -------------------------
+
+NESTED = "a = relu(relu(x))\nb = relu(relu(a))\nout = relu(b)\n"  # five calls, nested ones first
+
+
+def test_exactly_max_nodes_operator_calls_parse_and_one_more_is_e_resource_at_that_call():
+    assert len(parse_config(load_text("relu()\n" * 5), aliases=ALIASES, inputs=("x",), max_nodes=5).statements) == 5
+    with pytest.raises(HNDLError) as caught:
+        parse_config(load_text("relu()\n" * 6), aliases=ALIASES, inputs=("x",), max_nodes=5)
+    error = caught.value
+    assert error.code == "E_RESOURCE"
+    assert error.message == "the configuration has more than 5 operator calls, above max_nodes=5"
+    assert where(error) == (6, 1)
+    assert error.remedies == ("Shrink the graph or raise limits['max_nodes'].",)
+
+
+def test_nested_calls_are_nodes_too_counted_in_the_binders_order():
+    """The binder records ``relu(relu(a))`` inner call first; the parser refuses the same call the
+    binder would, in the author's coordinates, so the two can never disagree on what a node is."""
+    from hndl.contracts import parse_contracts
+    from hndl.frontends.binder import Binder
+    from hndl.frontends.config.interpret import interpret
+    from hndl.registry import Registry
+
+    registry = Registry.from_packs("basic")
+    contracts = parse_contracts(("B", 4), ("B", 4), aliases=registry.aliases())
+    text = "\n    " + NESTED.replace("\n", "\n    ")  # indented: positions are the author's
+    assert len(parse_config(load_text(text), aliases=ALIASES, inputs=("x",), max_nodes=5).statements) == 3
+    refused_at = {}
+    for bound in (1, 2, 3, 4):
+        with pytest.raises(HNDLError) as parsed:
+            parse_config(load_text(text), aliases=ALIASES, inputs=("x",), max_nodes=bound)
+        program = parse_config(load_text(text), aliases=ALIASES, inputs=("x",))
+        with pytest.raises(HNDLError) as bound_late:
+            interpret(program, Binder(contracts, max_nodes=bound), registry)
+        assert parsed.value.code == bound_late.value.code == "E_RESOURCE"
+        assert f"above max_nodes={bound}" in parsed.value.message
+        assert parsed.value.remedies == bound_late.value.remedies
+        assert where(parsed.value) == where(bound_late.value)
+        refused_at[bound + 1] = where(parsed.value)
+    assert refused_at == {2: (2, 9), 3: (3, 14), 4: (3, 9), 5: (4, 11)}  # call -> (line, column)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "5"])
+def test_a_bad_max_nodes_is_e_schema(bad):
+    with pytest.raises(HNDLError) as caught:
+        parse_config(load_text("relu()"), aliases=ALIASES, inputs=("x",), max_nodes=bad)
+    assert caught.value.code == "E_SCHEMA" and "max_nodes" in caught.value.message

@@ -414,3 +414,32 @@ def test_decode_error_rejects_records_that_are_not_error_objects(record):
     with pytest.raises(HNDLError) as caught:
         decode_error(record)
     assert caught.value.code == "E_RESOURCE" and "malformed" in caught.value.message
+
+
+# ---------------------------------------------------------------------------------------
+# max_nodes: the host's backstop behind the worker's own count (issue 15, item 18)
+# ---------------------------------------------------------------------------------------
+
+NESTED = "a = relu(relu(x))\nb = relu(relu(a))\nout = relu(b)\n"  # five operator calls
+
+
+def test_a_reply_with_more_calls_than_max_nodes_is_malformed_and_exactly_max_nodes_decodes():
+    data = _over_json(encode_program(_program(NESTED)))
+    assert decode_program(data, load_text(NESTED), max_nodes=5) == _program(NESTED)
+    with pytest.raises(HNDLError) as caught:
+        decode_program(data, load_text(NESTED), max_nodes=4)
+    assert caught.value.code == "E_RESOURCE"
+    assert "malformed" in caught.value.message and "more than 4 operator calls, above max_nodes=4" in caught.value.message
+
+
+def test_the_call_past_max_nodes_is_refused_before_its_arguments_are_decoded():
+    """Calls are counted as their records are reached, so the host never builds (or even checks)
+    anything inside the call that passes the bound."""
+    data = _over_json(encode_program(_program(NESTED)))
+    data[2]["value"]["args"] = [{"k": "exec", "code": "print(1)"}] * 10_000  # the fifth call's arguments
+    with pytest.raises(HNDLError) as caught:
+        decode_program(data, load_text(NESTED), max_nodes=4)
+    assert "above max_nodes=4" in caught.value.message
+    with pytest.raises(HNDLError) as caught:
+        decode_program(data, load_text(NESTED), max_nodes=5)
+    assert "unknown expression kind" in caught.value.message

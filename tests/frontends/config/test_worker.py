@@ -743,3 +743,65 @@ def test_an_f_string_bomb_is_refused_by_the_host_and_costs_the_worker_nothing():
     plan = hndl.resolve("linear(8)  # f'x' here is a comment\nrelu()\nlinear()", **CONTRACT,
                         registry=registry)
     assert plan.output_shape == ("B", 8) and worker._worker is not None
+
+
+# ---------------------------------------------------------------------------------------
+# max_nodes is counted by the parser, before the host decodes anything (issue 15, item 18)
+# ---------------------------------------------------------------------------------------
+
+def test_the_worker_refuses_calls_past_max_nodes_and_the_host_never_decodes_them(monkeypatch):
+    """Regression: ``"linear(8);" * 49000`` came back as an 8 MB reply that the host decoded whole
+    (about 9 s of host CPU) before its binder refused the 10,001st node. The worker now counts
+    operator calls against max_nodes, so the host receives only the diagnostic."""
+    decoded = []
+
+    def counting_decode(data, source, **keywords):
+        decoded.append(len(data))
+        return decode_program(data, source, **keywords)
+
+    from hndl.frontends.config.source import load_text
+    from hndl.frontends.config.wire import decode_program
+
+    monkeypatch.setattr(worker, "decode_program", counting_decode)
+    worker.configure(mode="process")
+    with pytest.raises(HNDLError) as caught:
+        worker.parse_isolated(load_text("linear(8);" * 6), aliases=["linear"], inputs=["x"], max_nodes=5)
+    error = caught.value
+    assert error.code == "E_RESOURCE"
+    assert error.message == "the configuration has more than 5 operator calls, above max_nodes=5"
+    assert (error.location.line, error.location.column) == (1, len("linear(8);") * 5 + 1)
+    assert decoded == []  # the worker answered with the diagnostic alone
+    assert worker._worker is not None and worker._worker.usable()  # a refusal is not a failure
+    program = worker.parse_isolated(load_text("linear(8);" * 5), aliases=["linear"], inputs=["x"], max_nodes=5)
+    assert len(program.statements) == 5 and decoded == [5]
+
+
+def test_exactly_max_nodes_calls_resolve_and_one_more_fails_alike_in_both_modes():
+    source = "a = relu(relu(x))\nb = relu(relu(a))\nout = relu(b)\n"  # five calls, nested ones first
+    outcomes = {}
+    for mode in ("process", "in-process"):
+        worker.configure(mode=mode)
+        assert len(_resolve(source, **CONTRACT, limits={"max_nodes": 5}).nodes) == 5
+        with pytest.raises(HNDLError) as caught:
+            _resolve(source, **CONTRACT, limits={"max_nodes": 4})
+        error = caught.value
+        outcomes[mode] = (error.code, error.message, error.location, error.remedies)
+    assert outcomes["process"] == outcomes["in-process"]
+    code, message, location, _ = outcomes["process"]
+    assert code == "E_RESOURCE" and message.endswith("operator calls, above max_nodes=4")
+    assert (location.line, location.column) == (3, 1 + len("out = "))
+
+
+def test_a_reply_with_more_calls_than_max_nodes_is_malformed_and_discards_the_worker(fake_worker):
+    from hndl.frontends.config.grammar import parse_config
+    from hndl.frontends.config.source import load_text
+    from hndl.frontends.config.wire import encode_program
+
+    source = "relu()\n" * 6
+    program = encode_program(parse_config(load_text(source), aliases=["relu"], inputs=["x"]))
+    fake_worker(_reply(json.dumps({"ok": True, "program": program}).encode()))
+    with pytest.raises(HNDLError) as caught:
+        _resolve(source, **CONTRACT, limits={"max_nodes": 5})
+    assert caught.value.code == "E_RESOURCE" and "malformed" in caught.value.message
+    assert "above max_nodes=5" in caught.value.message
+    assert worker._worker is None  # never trusted again
