@@ -261,12 +261,7 @@ def load_file(
     data = read_bounded(name, limit, what="configuration file",
                         remedy="Pass the path of an existing, readable regular file.")
     if len(data) > limit:
-        raise HNDLError(
-            "E_RESOURCE",
-            f"configuration file {name!r} is larger than {limit} bytes",
-            file=name,
-            remedies=("Shrink the file, or raise max_source_bytes explicitly.",),
-        )
+        raise _oversized(f"configuration file {name!r} is larger than {limit} bytes", name)
     return _load(_decode(data, name), resolved, name)
 
 
@@ -289,10 +284,11 @@ def read_stream(
             remedies=("Pass configuration text on a readable stream, or the path of a file.",),
         ) from None
     if len(data) > limit:
-        raise HNDLError(
-            "E_RESOURCE",
-            f"{name} holds more than {limit} bytes of configuration",
-            file=name,
-            remedies=("Shrink the source, or raise max_source_bytes explicitly.",),
-        )
+        raise _oversized(f"{name} holds more than {limit} bytes of configuration", name)
     return _decode(data, name, name)
+
+
+def _oversized(message: str, name: str) -> HNDLError:
+    """E_RESOURCE for a file or stream that holds more than ``max_source_bytes``."""
+    return HNDLError("E_RESOURCE", message, file=name,
+                     remedies=("Shrink the source, or raise max_source_bytes explicitly.",))
