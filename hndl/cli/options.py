@@ -15,15 +15,13 @@ import tempfile
 from typing import Optional, Sequence
 
 from ..contracts import COMPUTE_DTYPES
-from ..errors import HNDLError
+from ..errors import HNDLError, shown
 from ..packs import split_pack_names
 from ..registry import Registry
 
 _INT = re.compile(r"[+-]?\d+\Z")
 #: The most digits an extent can have: no int64, and so no dimension limit, has more.
 _MAX_DIGITS = len(str(2**63 - 1))
-#: How much of an over-long option value a diagnostic quotes.
-_QUOTED_CHARS = 60
 
 
 class Failure(Exception):
@@ -60,13 +58,6 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
 
 
 # -- parsing option text --------------------------------------------------------------------------------
-def quoted(text: str) -> str:
-    """``repr(text)``, shortened so a diagnostic about a huge value stays one short paragraph."""
-    if len(text) <= _QUOTED_CHARS:
-        return repr(text)
-    return f"{text[:_QUOTED_CHARS]!r}... ({len(text)} characters)"
-
-
 def parse_shape(text: str, option: str) -> tuple:
     """``B,128`` -> ``("B", 128)``; brackets are optional; entries that are not integers stay text."""
     body = text.strip()
@@ -74,7 +65,7 @@ def parse_shape(text: str, option: str) -> tuple:
         body = body[1:-1]
     entries = [entry.strip() for entry in body.split(",")]
     if not body.strip() or any(not entry for entry in entries):
-        raise Failure(f"{option} {quoted(text)}: write comma-separated entries such as B,128")
+        raise Failure(f"{option} {shown(text)}: write comma-separated entries such as B,128")
     return tuple(_extent(entry, axis, text, option) if _INT.match(entry) else entry
                  for axis, entry in enumerate(entries))
 
@@ -85,7 +76,7 @@ def _extent(entry: str, axis: int, text: str, option: str) -> int:
     digits = len(entry.lstrip("+-"))
     if digits > _MAX_DIGITS:
         raise Failure(
-            f"{option} {quoted(text)}: axis {axis} is a {digits}-digit integer; an extent is a "
+            f"{option} {shown(text)}: axis {axis} is a {digits}-digit integer; an extent is a "
             f"positive integer of at most {_MAX_DIGITS} digits (and at most max_dimension)"
         )
     return int(entry)
@@ -105,7 +96,7 @@ def parse_contract(values: Sequence[str], option: str):
         name, _, shape = value.partition("=")
         name = name.strip()
         if name in contract:
-            raise Failure(f"{option} names the port {quoted(name)} twice")
+            raise Failure(f"{option} names the port {shown(name)} twice")
         contract[name] = parse_shape(shape, f"{option} {name}")
     return contract
 
@@ -129,7 +120,7 @@ def parse_input_dtype(values: Optional[Sequence[str]]):
     for value in values:
         name, _, dtype = value.partition("=")
         if name.strip() in chosen:
-            raise Failure(f"--input-dtype names the input {quoted(name.strip())} twice")
+            raise Failure(f"--input-dtype names the input {shown(name.strip())} twice")
         chosen[name.strip()] = dtype.strip()
     return chosen
 
@@ -187,14 +178,14 @@ def write_text(path: str, text: str) -> None:
             raise IsADirectoryError(21, "Is a directory")
         handle, partial = tempfile.mkstemp(prefix=".hndl-", suffix=".partial", dir=folder)
     except (OSError, ValueError) as error:  # ValueError: an embedded NUL in the path
-        raise Failure(f"cannot write {quoted(path)}: {getattr(error, 'strerror', None) or error}") from None
+        raise Failure(f"cannot write {shown(path)}: {getattr(error, 'strerror', None) or error}") from None
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
         os.chmod(partial, 0o666 & ~_umask())  # mkstemp's 0600 would make the result private
         os.replace(partial, path)
     except OSError as error:
-        raise Failure(f"cannot write {quoted(path)}: {error.strerror or error}") from None
+        raise Failure(f"cannot write {shown(path)}: {error.strerror or error}") from None
     finally:
         if os.path.exists(partial):
             os.unlink(partial)

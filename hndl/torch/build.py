@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import inspect
 import os
-import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
-from torch.nn.modules.module import register_module_module_registration_hook
 
 from ..declaration import OperatorSpec
 from ..errors import HNDLError
@@ -32,6 +30,7 @@ from ..registry import Registry, using_registry
 from .graph_module import GraphModule
 from .initialize import apply_initialization, apply_trainability, check_targets
 from .ports import TORCH_DTYPES
+from .registrations import watching_registrations
 
 
 def build(
@@ -424,13 +423,10 @@ def bounded_modules(node: PlanNode, bound: int) -> Iterator[None]:
     block runs, through torch's global module-registration hook (removed on exit). Exceeding the
     bound is E_RESOURCE raised from inside the constructor, so no further module is built.
     """
-    thread = threading.get_ident()
     count = 1
 
-    def hook(_parent: nn.Module, _name: str, submodule: Optional[nn.Module]) -> None:
+    def counted(_name: str, _submodule: nn.Module) -> None:
         nonlocal count
-        if submodule is None or threading.get_ident() != thread:
-            return None
         count += 1
         if count > bound:
             raise HNDLError(
@@ -441,13 +437,9 @@ def bounded_modules(node: PlanNode, bound: int) -> Iterator[None]:
                 remedies=("Shrink the arguments that make the node repeat submodules, or raise "
                           "limits['max_node_modules'].",),
             )
-        return None
 
-    handle = register_module_module_registration_hook(hook)
-    try:
+    with watching_registrations(on_module=counted):
         yield
-    finally:
-        handle.remove()
 
 
 def _has_floating_state(module: nn.Module) -> bool:

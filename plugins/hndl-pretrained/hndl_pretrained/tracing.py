@@ -15,16 +15,15 @@ propagate; they never become a "cannot be traced" diagnostic.
 
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import nn
-from torch.nn.modules import module as torch_module
 
 from hndl import HNDLError
 from hndl.limits import active_limits
+from hndl.torch.registrations import watching_registrations
 
 from .sources import BoundedCache, fail
 
@@ -103,21 +102,18 @@ def bounded_construction(label: str) -> Iterator[None]:
     """Stop a module construction in this thread as soon as it registers more submodules than
     ``max_node_modules``, or more parameter and buffer bytes than ``max_state_bytes``.
 
-    PyTorch's registration hooks are global, so each hook counts only registrations made by the
-    thread that entered this block, and both are removed when it exits. Counts are upper
-    bounds: a tensor registered under two names is counted once, a module twice.
+    Only this thread's registrations count (``hndl.torch.registrations``), and the hooks go when
+    the block exits. Counts are upper bounds: a tensor registered under two names is counted
+    once, a module twice.
     """
     limits = active_limits()
     module_limit, byte_limit = limits["max_node_modules"], limits["max_state_bytes"]
-    owner = threading.get_ident()
     modules = 0
     tensors: dict[int, torch.Tensor] = {}  # kept alive so that an id is never reused while counting
     state_bytes = 0
 
-    def on_module(parent: nn.Module, name: str, child: Any) -> None:
+    def on_module(name: str, child: nn.Module) -> None:
         nonlocal modules
-        if child is None or threading.get_ident() != owner:
-            return
         modules += 1
         if modules > module_limit:
             raise HNDLError(
@@ -127,9 +123,9 @@ def bounded_construction(label: str) -> Iterator[None]:
                 remedies=("Use a smaller checkpoint, or raise limits['max_node_modules'] explicitly.",),
             )
 
-    def on_tensor(parent: nn.Module, name: str, tensor: Any) -> None:
+    def on_tensor(name: str, tensor: torch.Tensor) -> None:
         nonlocal state_bytes
-        if not isinstance(tensor, torch.Tensor) or threading.get_ident() != owner or id(tensor) in tensors:
+        if id(tensor) in tensors:
             return
         tensors[id(tensor)] = tensor
         state_bytes += tensor.numel() * tensor.element_size()
@@ -141,13 +137,5 @@ def bounded_construction(label: str) -> Iterator[None]:
                 remedies=("Use a smaller checkpoint, or raise limits['max_state_bytes'] explicitly.",),
             )
 
-    handles = [
-        torch_module.register_module_module_registration_hook(on_module),
-        torch_module.register_module_parameter_registration_hook(on_tensor),
-        torch_module.register_module_buffer_registration_hook(on_tensor),
-    ]
-    try:
+    with watching_registrations(on_module=on_module, on_tensor=on_tensor):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
