@@ -32,7 +32,7 @@ SUBMODULES = {
 TORCH_API = [
     "build", "parameter_counts", "network", "network_file", "network_from_callable", "restore", "dry_run", "preflight",
 ]
-TORCH_SUBMODULES = {"build", "graph_module", "initialize", "module_hooks", "network", "ports", "programs", "registrations", "state_record", "state_watch"}
+TORCH_SUBMODULES = {"build", "graph_module", "initialize", "module_hooks", "network", "plain_layers", "ports", "programs", "registrations", "state_record", "state_watch", "torch_edits"}
 
 
 def test_all_is_exactly_section_7_plus_the_initializers():

@@ -29,6 +29,7 @@ from ..plan import PlanNode, ResolvedPlan
 from ..registry import Registry, using_registry
 from .graph_module import GraphModule
 from .initialize import apply_initialization, apply_trainability, check_targets
+from .plain_layers import as_torch_layer
 from .ports import TORCH_DTYPES
 from .registrations import watching_registrations
 
@@ -177,7 +178,10 @@ def _construct(plan, module_class, specs, dtype, target, initialization_seed, ch
         "state_bytes": built,
         "estimated_state_bytes": estimated,
     })
-    return module_class(plan, modules, port_dtypes(plan, specs), receipt, target)
+    for module in modules.values():
+        as_torch_layer(module)
+    traits = {node.id: node_traits(specs[node.id]) for node in plan.nodes}
+    return module_class(plan, modules, port_dtypes(plan, specs), receipt, target, traits)
 
 
 class BuildReceipt(Mapping):
@@ -473,6 +477,21 @@ def _check_ownership(modules: Mapping[str, nn.Module]) -> None:
             other = owner_of_storage.setdefault(key, node_id)
             if other != node_id:
                 raise HNDLError("E_REGISTRY", f"nodes {other!r} and {node_id!r} share parameter or buffer storage", node=node_id)
+
+
+def node_traits(spec: OperatorSpec) -> frozenset[str]:
+    """What the runtime needs of a node's declaration, read once at build (never off the module's class).
+
+    ``opaque``: its output contract is asserted, so checked on every call; ``unary``: one
+    non-variadic input port and one output port, so ``nn.Sequential`` can chain it.
+    """
+    shape = spec.shape
+    traits = set()
+    if spec.opaque:
+        traits.add("opaque")
+    if not (shape.variadic_input or shape.variadic_output) and len(shape.inputs) == 1 and len(shape.outputs) == 1:
+        traits.add("unary")
+    return frozenset(traits)
 
 
 def port_dtypes(plan: ResolvedPlan, specs: dict[str, OperatorSpec]) -> dict[str, tuple]:

@@ -50,6 +50,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 from torch import nn
+from torch.fx import Proxy
 from torch.nn.modules.module import (
     _global_backward_hooks,
     _global_backward_pre_hooks,
@@ -61,20 +62,29 @@ from ..errors import HNDLError
 from ..plan import ResolvedPlan, shape_table
 from . import state_watch
 from .module_hooks import hook_probe, hooks_registered
-from .ports import CONTRACT_REMEDY, Port, Step, describe
+from .ports import CONTRACT_REMEDY, FLOATING, Port, Step, autocast_dtypes, describe
 from .programs import fast_program, outside_graph, signature, traced_program
 from .state_record import record_state, state_difference
+from .torch_edits import converted_from
 
 #: Validated signatures remembered per module; one more clears them all.
 MAX_SIGNATURES = 64
 NOTE_PREFIX = "HNDL: raised inside node"
 STATE_REMEDY = (
     "HNDL fixes every parameter, buffer and submodule when it builds a plan, so state added or "
-    "removed later is not trained, seeded or saved as the plan describes; create it in __init__, "
-    "or resolve and build a new plan to change the architecture"
+    "removed later is not trained, seeded or saved as the plan describes; create it in __init__; to "
+    "change how a node computes, register a parametrization (torch.nn.utils.parametrize) or a forward "
+    "hook on its module; or resolve and build a new plan to change the architecture"
+)
+SCRIPT_REMEDY = (
+    "Use torch.export.export(model, (x,), dynamic_shapes=...) for a deployable graph (TorchScript is in "
+    "maintenance and torch.export replaces it), torch.compile(model) for speed, or torch.jit.trace(model, x) "
+    "where TorchScript is required"
 )
 
 _tracing_state = torch._C._get_tracing_state
+_set_tracing_state = torch._C._set_tracing_state
+_is_compiling = torch.compiler.is_compiling
 _Module = nn.Module
 _module_call = nn.Module.__call__
 #: ``__call__``'s check, as in the fast paths (``hndl.torch.programs``): a plain ``return False``
@@ -109,6 +119,7 @@ class GraphModule(nn.Module):
         port_dtypes: Mapping[str, tuple],
         receipt: Mapping[str, Any],
         device: torch.device,
+        traits: Optional[Mapping[str, frozenset]] = None,
     ) -> None:
         super().__init__()
         self.nodes = nn.ModuleDict({f"n_{node_id}": module for node_id, module in modules.items()})
@@ -117,6 +128,9 @@ class GraphModule(nn.Module):
         self._device = device
         state = self.__dict__
         state["_port_dtypes"] = port_dtypes
+        state["_traits"] = dict(traits or {})
+        #: Floating casts since the build (``.double()``, ``.to(torch.bfloat16)``): plan dtype -> current.
+        state["_casts"] = {}
         state["_node_modules"] = tuple(modules[node.id] for node in plan.nodes)
         state["_record"] = record_state(self.nodes, {f"n_{node.id}": node.id for node in plan.nodes})
         self._setup_runtime()
@@ -125,13 +139,33 @@ class GraphModule(nn.Module):
     def _setup_runtime(self) -> None:
         plan = self.plan
         state = self.__dict__
+        self._compile_steps()
+        state["_node_of"] = {f"n_{node.id}": node.id for node in plan.nodes}
+        state["_plan_nodes"] = {node.id: node for node in plan.nodes}
+        state["_signatures"] = {}
+        state["_state_dirty"] = False
+        state["_validations"] = 0
+        state["_hook_probe"] = hook_probe(self)
+        self._watch()
+        self._generate()
+
+    def _watch(self) -> None:
+        container = self._record[0][2]
+        self.__dict__["_watches"] = state_watch.watch(self, (self, *(entry[2] for entry in self._record), container))
+
+    def _compile_steps(self) -> None:
+        """The ports and steps of the checked program, for the current modules and floating dtype."""
+        plan = self.plan
+        state = self.__dict__
+        casts = self._casts
         state["_inputs"] = tuple(
-            (port["name"], Port(f"input {port['name']!r}", port["name"], port["shape"], port["dtype"], plan.batch))
+            (port["name"], Port(f"input {port['name']!r}", port["name"], port["shape"], port["dtype"], plan.batch, casts))
             for port in plan.inputs
         )
         state["_input_names"] = tuple(name for name, _ in self._inputs)
+        traits = self._traits
         steps = tuple(
-            Step(module, node, plan.batch, self._port_dtypes[node.id])
+            Step(module, node, plan.batch, self._port_dtypes[node.id], traits.get(node.id, frozenset()), casts)
             for module, node in zip(self._node_modules, plan.nodes)
         )
         outputs = tuple((port["name"], port["ref"]) for port in plan.outputs)
@@ -144,16 +178,7 @@ class GraphModule(nn.Module):
             step.release = tuple(ref for ref in dict.fromkeys(step.reads) if last[ref] == index and ref not in kept)
         state["_steps"] = steps
         state["_outputs"] = outputs
-        state["_node_of"] = {f"n_{node.id}": node.id for node in plan.nodes}
-        state["_plan_nodes"] = {node.id: node for node in plan.nodes}
-        state["_signatures"] = {}
-        state["_state_dirty"] = False
-        state["_validations"] = 0
         state["_bare"] = tuple(True for _ in steps)
-        state["_hook_probe"] = hook_probe(self)
-        container = self._record[0][2]
-        state["_watches"] = state_watch.watch(self, (self, *(entry[2] for entry in self._record), container))
-        self._generate()
 
     def _generate(self) -> None:
         """Compile the fast paths for remembered signatures, then the traced program.
@@ -188,11 +213,19 @@ class GraphModule(nn.Module):
                 or _global_forward_pre_hooks or _global_forward_hooks or _global_backward_pre_hooks
                 or _global_backward_hooks or self._compiled_call_impl is not None
                 or _Module.__call__ is not _module_call or _tracing_state()):
-            return _module_call(self, *args, **kwargs)  # the expression is hooks_registered's, inlined
+            # The expression is hooks_registered's, inlined. A replaced nn.Module.__call__ (fx's
+            # tracer, profilers) is the one that must see this call.
+            if self._positional_inputs and (kwargs or len(args) != len(self._input_names)):
+                self._inputs_from(self._arguments(args, kwargs))  # E_BINDING before forward's TypeError
+            return _Module.__call__(self, *args, **kwargs)
         else:
             program = self._args_call
-        if kwargs or "forward" in self.__dict__:  # keyword inputs, or a forward patched onto the instance
+        if "forward" in self.__dict__:  # a forward patched onto the instance
             return self.forward(*args, **kwargs)
+        if kwargs:  # keyword inputs: a facade maps them onto its positional program
+            if not self._positional_inputs:
+                return self.forward(*args, **kwargs)
+            args = self._arguments(args, kwargs)
         return program(self, args)
 
     def forward(self, *args: torch.Tensor, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -224,10 +257,23 @@ class GraphModule(nn.Module):
         return outputs
 
     def _checked_call(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        """Validate this call's signature: bind, check state, run every port check, remember it."""
+        """Validate this call's signature: bind, check state, run every port check, remember it.
+
+        Tracers that cannot run the checks take another program: torch.export (its shapes may be
+        symbolic, so nothing is remembered) traces the traced program, as dynamo does; fx's
+        symbolic tracer and ``torch.jit.trace`` record the straight-line program (``_plain_call``).
+        """
+        if _is_compiling():
+            return self._traced(self, inputs)
+        if _tracing_state():
+            return self._jit_call(inputs)
+        if any(isinstance(value, Proxy) for value in inputs.values()):
+            return self._plain_call(inputs)
         state = self.__dict__
         state["_validations"] += 1
-        values, batch = self._bind(inputs)
+        self._adopt_conversions()
+        loose = autocast_dtypes(self._device)
+        values, batch = self._bind(inputs, loose)
         key = signature(self, inputs)
         difference = self._state_difference()
         if difference is not None:
@@ -237,7 +283,7 @@ class GraphModule(nn.Module):
         if self._state_dirty:
             signatures.clear()
         state["_state_dirty"] = False
-        outputs, bare = self._run_checked(values, batch)
+        outputs, bare = self._run_checked(values, batch, loose)
         difference = self._state_difference()
         if difference is not None:
             state["_state_dirty"] = True
@@ -253,14 +299,14 @@ class GraphModule(nn.Module):
             self._generate()
         return outputs
 
-    def _run_checked(self, values: dict, batch: int) -> tuple[dict, tuple]:
+    def _run_checked(self, values: dict, batch: int, loose: tuple) -> tuple[dict, tuple]:
         device = self._device
         source = self._inputs[0][1].label if self._inputs else ""
         bare = []
         for step in self._steps:
             args = [values[ref] for ref in step.reads]
             for port, value in zip(step.ports_in, args):
-                port.check(value, batch, device, source, **step.location)
+                port.check(value, batch, device, loose, source, **step.location)
             try:
                 result = step.module(*args)
                 results = step.outputs(result)
@@ -269,13 +315,40 @@ class GraphModule(nn.Module):
                 raise
             bare.append(isinstance(result, torch.Tensor))
             for port, value in zip(step.ports_out, results):
-                port.check(value, batch, device, source, **step.location)
+                port.check(value, batch, device, loose, source, **step.location)
             for ref, value in zip(step.writes, results):
                 values[ref] = value
             for ref in step.release:
                 del values[ref]
         return {name: values[ref] for name, ref in self._outputs}, tuple(bare)
 
+    def _plain_call(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Every node in plan order and nothing else: the program fx and ``jit.trace`` record.
+
+        Under fx the values are proxies, so no check can run; each node module is called
+        through ``nn.Module.__call__``, so fx records it as a ``call_module`` of
+        ``nodes.n_<id>`` (or traces into it), named after the node.
+        """
+        values = {f"input:{name}": inputs[name] for name in self._input_names}
+        for step in self._steps:
+            results = step.outputs(step.module(*[values[ref] for ref in step.reads]))
+            for ref, value in zip(step.writes, results):
+                values[ref] = value
+        return {name: values[ref] for name, ref in self._outputs}
+
+    def _jit_call(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """``torch.jit.trace``: check the inputs with the tracer paused, then record the plain program.
+
+        The checks read shapes as Python values; traced, each would warn that the trace might
+        not generalize (and record nothing useful), so they run untraced.
+        """
+        tracing = _tracing_state()
+        _set_tracing_state(None)
+        try:
+            self._bind(inputs)
+        finally:
+            _set_tracing_state(tracing)
+        return self._plain_call(inputs)
     def _traced_call(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The checked program as dynamo traces it (see ``programs.traced_program``); no cache."""
         return self._traced(self, inputs)
@@ -289,11 +362,12 @@ class GraphModule(nn.Module):
     def _traced_failure(self, step: Optional[int], position: int, value: Any, batch: int) -> None:
         """Raise the checked program's error for a port that failed in the traced program."""
         source = self._inputs[0][1].label
+        loose = autocast_dtypes(self._device)
         if step is None:
-            raise self._inputs[position][1].error(value, batch, self._device, source)
+            raise self._inputs[position][1].error(value, batch, self._device, source, loose)
         target = self._steps[step]
         port = target.ports_in[position] if position >= 0 else target.ports_out[-1 - position]
-        raise port.error(value, batch, self._device, source, **target.location)
+        raise port.error(value, batch, self._device, source, loose, **target.location)
 
     def _traced_state_check(self) -> bool:
         """Traced while the state is marked changed: True on a difference, else clear the mark."""
@@ -322,7 +396,9 @@ class GraphModule(nn.Module):
         """``_bind`` for the traced positional program."""
         return self._bind(self._inputs_from(args))
 
-    def _bind(self, inputs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], int]:
+    def _bind(self, inputs: Mapping[str, Any], loose: Optional[tuple] = None) -> tuple[dict[str, torch.Tensor], int]:
+        if loose is None:
+            loose = autocast_dtypes(self._device)
         names = self._input_names
         unknown = [name for name in inputs if name not in names]
         missing = [name for name in names if name not in inputs]
@@ -346,7 +422,7 @@ class GraphModule(nn.Module):
         source = self._inputs[0][1].label
         values = {}
         for name, port in self._inputs:
-            port.check(inputs[name], batch, self._device, source)
+            port.check(inputs[name], batch, self._device, loose, source)
             values[f"input:{name}"] = inputs[name]
         return values, batch
 
@@ -370,6 +446,33 @@ class GraphModule(nn.Module):
                 remedies=(STATE_REMEDY,),
             )
         return HNDLError("E_RUNTIME", f"registered state of the graph {verb}: {text}", remedies=(STATE_REMEDY,))
+
+    def _adopt_conversions(self) -> None:
+        """Rebind the nodes that torch's conversions replaced (``torch_edits.converted_from``).
+
+        torch.ao's ``convert`` (behind ``quantize_dynamic``) writes each quantized module
+        straight into ``nodes._modules`` in place of the float one; such a replacement is the
+        node itself, quantized, so the graph adopts it: it runs, is recorded and is watched from
+        now on. Any other replacement is left for the state check to report.
+        """
+        container = self._modules.get("nodes")
+        if container is None:
+            return
+        current = container._modules
+        modules = list(self._node_modules)
+        adopted = False
+        for index, node in enumerate(self.plan.nodes):
+            replacement = current.get(f"n_{node.id}")
+            if replacement is not modules[index] and converted_from(modules[index], replacement):
+                modules[index] = replacement
+                adopted = True
+        if adopted:
+            state = self.__dict__
+            state["_node_modules"] = tuple(modules)
+            state["_record"] = record_state(container, self._node_of)
+            self._compile_steps()
+            self._watch()
+            self._generate()
 
     def _registered_state_changed(self) -> None:
         """Called by the registration hooks (state_watch) for a module of this graph."""
@@ -414,8 +517,9 @@ class GraphModule(nn.Module):
             difference = self._state_difference()
             if difference is not None:
                 lines.append(f"  registered state no longer matches the build: {difference[1]}")
+            loose = autocast_dtypes(device)
             for port, value, ref in zip(step.ports_in, args, step.reads):
-                problem = port.problem(value, batch, device)
+                problem = port.problem(value, batch, device, loose)
                 if problem is None:
                     lines.append(f"  input {port.name!r}: got {describe(value)}; contract {port.contract_full(batch, device)}")
                     continue
@@ -436,12 +540,33 @@ class GraphModule(nn.Module):
     # -- torch.nn.Module integration ---------------------------------------------------------------
     def _apply(self, fn, recurse: bool = True):
         result = super()._apply(fn, recurse)
-        self._device = fn(torch.empty(0, device=self._device)).device
+        device = self._device
+        self._device = fn(torch.empty(0, device=device)).device
+        # A floating cast moves every floating port with the parameters (integer ports stay):
+        # probe where ``fn`` sends each floating dtype the plan uses, as torch's own casts do.
+        casts = {}
+        for declared in FLOATING:
+            moved = fn(torch.empty(0, dtype=self._casts.get(declared, declared), device=device)).dtype
+            if moved != declared:
+                casts[declared] = moved
+        if casts != self._casts:
+            self.__dict__["_casts"] = casts
+            self._compile_steps()
+            self._generate()
         # Moves and casts replace tensors but never add or remove a registration: the state
         # check of the next (now unremembered) signature covers them.
         self._signatures.clear()
         self._generate_traced()
         return result
+
+    def __prepare_scriptable__(self) -> "GraphModule":
+        """``torch.jit.script`` is not supported: say what to use instead (E_RUNTIME)."""
+        raise HNDLError(
+            "E_RUNTIME",
+            "torch.jit.script cannot compile a built HNDL network: its forward is generated per plan, "
+            "and TorchScript is in maintenance mode",
+            remedies=(SCRIPT_REMEDY,),
+        )
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -454,7 +579,7 @@ class GraphModule(nn.Module):
         self._setup_runtime()
 
     def __deepcopy__(self, memo: dict) -> "GraphModule":
-        for shared in (self.plan, self.build_receipt, self._port_dtypes):
+        for shared in (self.plan, self.build_receipt, self._port_dtypes, self._traits):
             memo[id(shared)] = shared  # immutable: the clone shares them
         clone = type(self).__new__(type(self))
         memo[id(self)] = clone

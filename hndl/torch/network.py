@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import keyword
 from operator import index as _index
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
+from torch.fx import Proxy
 
-from ..declaration import SPEC_ATTRIBUTE, OperatorSpec
 from ..errors import HNDLError
 from ..frontends.pipeline import resolve, resolve_callable, resolve_file
-from ..plan import is_unary_chain
+from ..plan import ResolvedPlan, is_unary_chain
 from ..registry import Registry
 from .build import construct
 from .graph_module import GraphModule
@@ -62,6 +63,16 @@ class Network(GraphModule):
 
     _positional_inputs = True
 
+    def __new__(cls, plan: Any = None, *args: Any, **kwargs: Any) -> "Network":
+        """An instance of the facade class whose ``forward`` names this plan's inputs (``facade_class``)."""
+        if cls is Network and isinstance(plan, ResolvedPlan):
+            cls = facade_class(tuple(port["name"] for port in plan.inputs))
+        return super().__new__(cls)
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        """Pickle by input names: the facade class is rebuilt from them (it is made per signature)."""
+        return (_facade_instance, (self._input_names,), self.__getstate__())
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         plan = self.plan
@@ -73,8 +84,16 @@ class Network(GraphModule):
         self.__dict__["_hndl_sealed"] = True
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
-        if not kwargs:  # positional calls take GraphModule's fast entry, or the traced program under dynamo
-            return self._traced_positional(self, args) if _is_dynamo_compiling() else self._positional(self, args)
+        """Run the network; ``facade_class`` gives each plan a forward that names its inputs.
+
+        This generic form serves only plans whose input names cannot be Python parameters.
+        """
+        return self._run(self._arguments(args, kwargs))
+
+    def _arguments(self, args: tuple, kwargs: Mapping[str, Any]) -> tuple:
+        """Inputs given by position, keyword or both, in declaration order (E_BINDING when they do not fit)."""
+        if not kwargs:
+            return args
         names = self._input_names
         if len(args) > len(names):
             raise HNDLError("E_BINDING", f"the network takes {len(names)} input(s) ({', '.join(names)}), got {len(args)} positionally")
@@ -83,10 +102,20 @@ class Network(GraphModule):
             if name in inputs:
                 raise HNDLError("E_BINDING", f"input {name!r} was given both positionally and by keyword")
             inputs[name] = value
-        outputs = super().forward(**inputs)
-        if len(outputs) == 1:
-            return next(iter(outputs.values()))
-        return outputs
+        unknown = [name for name in inputs if name not in names]
+        missing = [name for name in names if name not in inputs]
+        if unknown or missing:
+            self._bind(inputs)  # raises the E_BINDING naming what is missing or undeclared
+        return tuple(inputs[name] for name in names)
+
+    def _run(self, args: tuple) -> Any:
+        """Every input in declaration order: the fast entry, or the traced or plain program under a tracer."""
+        if _is_dynamo_compiling():
+            return self._traced_positional(self, args)
+        if args and isinstance(args[0], Proxy):  # fx's symbolic tracer: the plain program, no check
+            outputs = self._plain_call(self._inputs_from(args))
+            return next(iter(outputs.values())) if len(outputs) == 1 else outputs
+        return self._positional(self, args)
 
     # -- layer access ------------------------------------------------------------------------
     def _layer(self, node_id: str) -> nn.Module:
@@ -128,7 +157,7 @@ class Network(GraphModule):
             raise ValueError(f"a Network slice must take consecutive layers (step 1), got step {key.step!r}")
         chosen = ids[key]
         for node_id, node in zip(chosen, self.plan.nodes[key]):
-            problem = _chaining_problem(self._layer(node_id), node)
+            problem = _chaining_problem(self._traits.get(node_id, frozenset()), node)
             if problem is not None:
                 raise TypeError(
                     f"cannot slice through node {node_id!r} ({node.alias}): {problem}; nn.Sequential chains "
@@ -266,8 +295,10 @@ def _registered(module: nn.Module, name: str) -> bool:
 def _structural(what: str) -> None:
     raise TypeError(
         f"{what}: a built HNDL network's architecture is fixed; structural replacement, insertion "
-        f"and deletion are not supported. Change the specification and resolve/build a new network "
-        f"(parameter updates such as optimizer steps and load_state_dict work as usual)."
+        f"and deletion are not supported. To change how a node computes, register a parametrization "
+        f"(torch.nn.utils.parametrize) or a forward hook on its module; to change the architecture, change "
+        f"the specification and resolve/build a new network (parameter updates such as optimizer steps and "
+        f"load_state_dict work as usual)."
     )
 
 
@@ -303,17 +334,50 @@ def _not_a_chain(plan: Any) -> Optional[str]:
     return f"the public output reads {plan.output_ref}, not the last node's {previous}"
 
 
-def _chaining_problem(module: nn.Module, node: Any) -> Optional[str]:
-    """Why ``module`` cannot sit in an nn.Sequential, or None when it takes and returns one tensor."""
-    spec = type(module).__dict__.get(SPEC_ATTRIBUTE)
-    if not isinstance(spec, OperatorSpec) or spec.qualified != node.op:
-        return f"its module {type(module).__qualname__} does not carry the declaration of {node.op}"
-    shape = spec.shape
-    if shape.variadic_input or shape.variadic_output:
-        return f"{node.op} declares variadic ports ({shape}) and passes a sequence, not one tensor"
-    if len(shape.inputs) != 1 or len(shape.outputs) != 1:
-        return f"{node.op} declares {len(shape.inputs)} input and {len(shape.outputs)} output ports ({shape})"
+def _chaining_problem(traits: frozenset, node: Any) -> Optional[str]:
+    """Why ``node``'s module cannot sit in an nn.Sequential, or None when it takes and returns one tensor.
+
+    ``traits`` are what build read off the node's declaration (``build.node_traits``).
+    """
+    if "unary" not in traits:
+        return f"{node.op} declares several or variadic ports and passes more than one tensor"
     return None
+
+
+#: One facade class per tuple of input names (``facade_class``).
+_FACADES: dict[tuple[str, ...], type] = {}
+
+
+def facade_class(names: tuple[str, ...]) -> type:
+    """The ``Network`` subclass whose ``forward`` takes exactly these inputs as named parameters.
+
+    Tools read a module's inputs off ``type(model).forward``: fx makes one placeholder per
+    parameter, ``torch.export`` matches ``dynamic_shapes={"x": ...}`` by name, and both fail on
+    ``*args``. Each distinct tuple of input names gets one subclass (still named ``Network``);
+    names that cannot be Python parameters (keywords, ``self``) keep the generic forward.
+    """
+    cls = _FACADES.get(names)
+    if cls is not None:
+        return cls
+    if not names or "self" in names or any(keyword.iskeyword(name) or not name.isidentifier() for name in names):
+        return Network
+    parameters = ", ".join(names)
+    space: dict[str, Any] = {}
+    exec(f"def forward(self, {parameters}):\n    return self._run(({parameters},))\n", space)
+    forward = space["forward"]
+    forward.__qualname__ = "Network.forward"
+    forward.__module__ = __name__
+    forward.__doc__ = f"Run the network on {parameters}, given by position or keyword."
+    cls = type("Network", (Network,), {"forward": forward, "__module__": __name__, "__qualname__": "Network",
+                                       "__doc__": Network.__doc__})
+    _FACADES[names] = cls
+    return cls
+
+
+def _facade_instance(names: tuple[str, ...]) -> Network:
+    """An empty facade for these inputs, for unpickling (``Network.__reduce_ex__``); state follows."""
+    cls = facade_class(tuple(names))
+    return nn.Module.__new__(cls)
 
 
 def network(

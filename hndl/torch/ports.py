@@ -20,9 +20,9 @@ from typing import Any, Mapping, Optional
 
 import torch
 from torch import nn
+from torch.fx import Proxy
 
 from ..contracts import batch_multiple
-from ..declaration import spec_of
 from ..errors import HNDLError
 
 TORCH_DTYPES = {
@@ -36,6 +36,20 @@ TORCH_DTYPES = {
 DTYPE_NAMES = {value: key for key, value in TORCH_DTYPES.items()}
 
 CONTRACT_REMEDY = "Call the module with tensors matching the plan's contracts."
+FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def autocast_dtypes(device: torch.device) -> tuple:
+    """The dtypes a floating port may carry besides its own while autocast is on for ``device``.
+
+    Autocast runs its low-precision ops in its dtype and its full-precision ops in float32
+    (SPEC.md "Runtime validation under autocast"); off, or enabled only for another device
+    type, nothing is added. A tuple, so the traced program evaluates it once under dynamo.
+    """
+    kind = device.type
+    if not torch.is_autocast_enabled(kind):
+        return ()
+    return (torch.get_autocast_dtype(kind), torch.float32)
 
 
 def dtype_name(dtype: Any) -> str:
@@ -57,13 +71,18 @@ def describe(value: Any) -> str:
 class Port:
     """A compiled port contract: batch multiples and fixed extents, dtype, label."""
 
-    __slots__ = ("label", "name", "entries", "dtype", "symbol")
+    __slots__ = ("label", "name", "entries", "dtype", "floating", "symbol")
 
-    def __init__(self, label: str, name: str, shape: tuple, dtype: Optional[str], batch: str) -> None:
+    def __init__(self, label: str, name: str, shape: tuple, dtype: Optional[str], batch: str,
+                 casts: Mapping[torch.dtype, torch.dtype] = {}) -> None:
         self.label = label
         self.name = name
         self.symbol = batch
-        self.dtype = TORCH_DTYPES.get(dtype) if dtype not in (None, "any") else None
+        declared = TORCH_DTYPES.get(dtype) if dtype not in (None, "any") else None
+        #: The dtype the port carries now: the plan's, or where a floating cast (``.double()``,
+        #: ``.to(torch.bfloat16)``) moved the module, the dtype it moved to.
+        self.dtype = casts.get(declared, declared)
+        self.floating = self.dtype in FLOATING
         self.entries = tuple(_entry(value, batch) for value in shape)
 
     def expected(self, batch: int) -> list:
@@ -77,7 +96,11 @@ class Port:
         dtype = dtype_name(self.dtype) if self.dtype is not None else "any"
         return f"{self.contract(batch)}:{dtype} on {device}"
 
-    def problem(self, value: Any, batch: int, device: torch.device) -> Optional[str]:
+    def accepts_dtype(self, dtype: torch.dtype, loose: tuple) -> bool:
+        """Whether a value of ``dtype`` meets this port's dtype; ``loose`` is ``autocast_dtypes``."""
+        return self.dtype is None or dtype == self.dtype or (self.floating and dtype in loose)
+
+    def problem(self, value: Any, batch: int, device: torch.device, loose: tuple = ()) -> Optional[str]:
         """The first line of what is wrong with ``value`` at this port, or None."""
         if not isinstance(value, torch.Tensor):
             return f"{self.label}: expected a tensor, got {type(value).__name__}"
@@ -85,14 +108,19 @@ class Port:
         expected = self.expected(batch)
         if len(shape) != len(expected) or any(a != b for a, b in zip(shape, expected)):
             return f"{self.label}: expected shape {self.contract(batch)}, got {list(shape)}"
-        if self.dtype is not None and value.dtype != self.dtype:
-            return f"{self.label}: expected dtype {dtype_name(self.dtype)}, got {dtype_name(value.dtype)}"
+        if not self.accepts_dtype(value.dtype, loose):
+            also = "".join(f" or {dtype_name(dtype)}" for dtype in dict.fromkeys(loose) if dtype != self.dtype)
+            under = " (autocast)" if also else ""
+            return f"{self.label}: expected dtype {dtype_name(self.dtype)}{also}{under}, got {dtype_name(value.dtype)}"
         if value.device != device:
             return f"{self.label}: expected device {device}, got {value.device}"
         return None
 
-    def check(self, value: Any, batch: int, device: torch.device, source: str, **where: Any) -> None:
-        """Raise E_RUNTIME when ``value`` breaks this port's contract for the call's ``batch``."""
+    def check(self, value: Any, batch: int, device: torch.device, loose: tuple, source: str, **where: Any) -> None:
+        """Raise E_RUNTIME when ``value`` breaks this port's contract for the call's ``batch``.
+
+        ``loose`` holds the extra dtypes autocast allows a floating port (``autocast_dtypes``).
+        """
         if isinstance(value, torch.Tensor):
             shape = value.shape
             entries = self.entries
@@ -101,12 +129,13 @@ class Port:
                     if actual != (extent * batch if kind else extent):
                         break
                 else:
-                    if (self.dtype is None or value.dtype == self.dtype) and value.device == device:
+                    if self.accepts_dtype(value.dtype, loose) and value.device == device:
                         return
-        raise self.error(value, batch, device, source, **where)
+        raise self.error(value, batch, device, source, loose, **where)
 
-    def error(self, value: Any, batch: int, device: torch.device, source: str, **where: Any) -> HNDLError:
-        message = self.problem(value, batch, device) or f"{self.label}: breaks its contract"
+    def error(self, value: Any, batch: int, device: torch.device, source: str, loose: tuple = (),
+              **where: Any) -> HNDLError:
+        message = self.problem(value, batch, device, loose) or f"{self.label}: breaks its contract"
         if isinstance(value, torch.Tensor):
             message += f"\n  expected {self.contract_full(batch, device)}\n  got      {describe(value)}"
             if self._batch_axis_differs(value, batch) and source != self.label:
@@ -146,18 +175,20 @@ class Step:
 
     __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where", "location", "release", "opaque")
 
-    def __init__(self, module: nn.Module, node, batch: str, dtypes: tuple[Mapping[str, str], Mapping[str, str]]) -> None:
+    def __init__(self, module: nn.Module, node, batch: str, dtypes: tuple[Mapping[str, str], Mapping[str, str]],
+                 traits: frozenset = frozenset(), casts: Mapping[torch.dtype, torch.dtype] = {}) -> None:
         self.module = module
         self.node = node
         self.reads = tuple(node.inputs.values())
         self.writes = tuple(f"node:{node.id}/{port}" for port in node.outputs)
         expected, produced = dtypes
         self.ports_in = tuple(
-            Port(f"{node.alias} {node.id!r} input {port!r} (from {ref})", port, node.input_shapes[port], expected[port], batch)
+            Port(f"{node.alias} {node.id!r} input {port!r} (from {ref})", port, node.input_shapes[port], expected[port],
+                 batch, casts)
             for port, ref in node.inputs.items()
         )
         self.ports_out = tuple(
-            Port(f"{node.alias} {node.id!r} output {port!r}", port, node.output_shapes[port], produced[port], batch)
+            Port(f"{node.alias} {node.id!r} output {port!r}", port, node.output_shapes[port], produced[port], batch, casts)
             for port in node.outputs
         )
         line = node.source.get("line")
@@ -165,17 +196,17 @@ class Step:
         self.where = node_place(node.alias, line, column)
         self.location = {"node": node.id, "line": line, "column": column}
         self.release: tuple = ()
-        spec = spec_of(type(module))
-        self.opaque = spec is not None and spec.opaque
+        self.opaque = "opaque" in traits
 
     def check_outputs(self, batch: int, device: torch.device, source: str, *values: Any) -> None:
         """An opaque node's asserted output contract, checked on every call (E_RUNTIME)."""
+        loose = autocast_dtypes(device)
         for port, value in zip(self.ports_out, values):
-            port.check(value, batch, device, source, **self.location)
+            port.check(value, batch, device, loose, source, **self.location)
 
     def outputs(self, result: Any) -> tuple:
         """Map the module's return value onto the declared output ports, in order."""
-        if len(self.writes) == 1 and isinstance(result, torch.Tensor):
+        if len(self.writes) == 1 and isinstance(result, (torch.Tensor, Proxy)):
             return (result,)
         names = self.node.outputs
         if isinstance(result, Mapping):
@@ -188,6 +219,8 @@ class Step:
             return tuple(result[name] for name in names)
         if isinstance(result, (tuple, list)) and len(result) == len(names):
             return tuple(result)
+        if isinstance(result, Proxy):  # fx: a leaf module's several outputs, unpacked in the graph
+            return tuple(result[index] for index in range(len(names)))
         raise HNDLError(
             "E_RUNTIME",
             f"node {self.node.id!r} returned {type(result).__name__}, expected {len(names)} tensor(s) for {list(names)}",

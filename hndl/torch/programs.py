@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 import torch
 
-from .ports import Port
+from .ports import Port, autocast_dtypes
 
 if TYPE_CHECKING:
     from .graph_module import GraphModule
@@ -228,7 +228,7 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
     names = graph._input_names
     # Keyword defaults rather than globals: dynamo reads the classes and constants there without
     # walking ``torch``, and the source stays the same for every device.
-    bound: dict[str, Any] = {"Tensor": torch.Tensor, "device": graph._device}
+    bound: dict[str, Any] = {"Tensor": torch.Tensor, "device": graph._device, "autocast_dtypes": autocast_dtypes}
     arguments = [f"a{index}" for index in range(len(names))]
     header = [
         "def traced(graph, inputs, *, DEFAULTS):",
@@ -248,6 +248,7 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
         "    if not isinstance(a0, Tensor) or a0.dim() == 0:",
         "        fail(graph, '_bind', inputs)",
         "    b = a0.shape[0]",
+        "    loose = autocast_dtypes(device)",
     ]
 
     checked: dict[str, tuple] = {}  # value -> the contract a check already established
@@ -265,7 +266,10 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
         if port.dtype is not None:
             dtype = str(port.dtype).split('.')[-1]
             bound[dtype] = port.dtype
-            condition += f" or {value}.dtype is not {dtype}"
+            if port.floating:  # under autocast a floating port may also carry autocast's dtypes
+                condition += f" or ({value}.dtype is not {dtype} and {value}.dtype not in loose)"
+            else:
+                condition += f" or {value}.dtype is not {dtype}"
         condition += f" or {value}.device != device"
         lines.append(f"    if {condition}: fail(graph, '_traced_failure', {where}, {value}, b)")
 

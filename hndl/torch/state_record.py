@@ -18,6 +18,8 @@ from typing import Any, Mapping, Optional
 
 from torch import nn
 
+from .torch_edits import Tolerance, tolerance
+
 
 def record_state(container: nn.Module, node_of: Mapping[str, str]) -> tuple:
     """Every module under ``container`` with its parameter, buffer and submodule slots.
@@ -48,7 +50,10 @@ def record_state(container: nn.Module, node_of: Mapping[str, str]) -> tuple:
     return tuple(entries)
 
 
-def _slot_difference(path: str, kind: str, recorded: tuple, current: Mapping[str, Any]) -> Optional[str]:
+def _slot_difference(path: str, kind: str, recorded: tuple, current: Mapping[str, Any],
+                     taken: frozenset = frozenset(), added: frozenset = frozenset()) -> Optional[str]:
+    """How ``current`` differs from ``recorded``; ``taken`` may be absent and ``added`` may be new
+    (the slots a torch reparametrization accounts for, ``torch_edits.tolerance``)."""
     if len(recorded) == len(current):
         for name, present in recorded:
             if name not in current or (current[name] is not None) != present:
@@ -59,6 +64,8 @@ def _slot_difference(path: str, kind: str, recorded: tuple, current: Mapping[str
     for name, present in recorded:
         names.add(name)
         if name not in current:
+            if present and name in taken:
+                continue
             return f"{kind} '{path}.{name}' was removed"
         value = current[name]
         if present and value is None:
@@ -66,12 +73,13 @@ def _slot_difference(path: str, kind: str, recorded: tuple, current: Mapping[str
         if not present and value is not None:
             return f"{kind} '{path}.{name}' was filled in (it was None at build)"
     for name in current:
-        if name not in names:
+        if name not in names and name not in added:
             return f"{kind} '{path}.{name}' was added"
     return None
 
 
-def _children_difference(path: str, recorded: tuple, current: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+def _children_difference(path: str, recorded: tuple, current: Mapping[str, Any],
+                         added: frozenset = frozenset()) -> Optional[tuple[str, str]]:
     if len(recorded) == len(current):
         for name, child in recorded:
             if current.get(name, _MISSING) is not child:
@@ -93,9 +101,9 @@ def _children_difference(path: str, recorded: tuple, current: Mapping[str, Any])
         other = "another " if type(value) is type(child) else ""
         return name, f"submodule '{path}.{name}' was replaced with {other}{type(value).__name__} (it was {type(child).__name__} at build)"
     for name, value in current.items():
-        if name not in names:
-            added = "None" if value is None else type(value).__name__
-            return name, f"submodule '{path}.{name}' was added ({added})"
+        if name not in names and name not in added:
+            added_type = "None" if value is None else type(value).__name__
+            return name, f"submodule '{path}.{name}' was added ({added_type})"
     return None
 
 
@@ -103,15 +111,31 @@ _MISSING = object()
 
 
 def state_difference(record: tuple, node_of: Mapping[str, str]) -> Optional[tuple[Optional[str], str]]:
-    """Replay ``record``: ``(node id or None, what differs)`` for the first difference, else None."""
+    """Replay ``record``: ``(node id or None, what differs)`` for the first difference, else None.
+
+    A module that differs is looked at again with what torch's reparametrizations
+    (``torch_edits.tolerance``) account for, so only a difference they do not explain counts.
+    """
     for path, node, module, parameters, buffers, children in record:
-        text = _slot_difference(path, "parameter", parameters, module._parameters)
-        if text is None:
-            text = _slot_difference(path, "buffer", buffers, module._buffers)
-        if text is not None:
-            return node, text
-        found = _children_difference(path, children, module._modules)
+        found = _module_difference(path, node, module, parameters, buffers, children, node_of, None)
         if found is not None:
-            name, text = found
-            return (node if node is not None else node_of.get(name)), text
+            allowed = tolerance(module)
+            if allowed is not None:
+                found = _module_difference(path, node, module, parameters, buffers, children, node_of, allowed)
+        if found is not None:
+            return found
+    return None
+
+
+def _module_difference(path, node, module, parameters, buffers, children, node_of, allowed: Optional[Tolerance]):
+    taken, added_parameters, added_buffers, added_children = allowed or (frozenset(),) * 4
+    text = _slot_difference(path, "parameter", parameters, module._parameters, taken, added_parameters)
+    if text is None:
+        text = _slot_difference(path, "buffer", buffers, module._buffers, taken, added_buffers)
+    if text is not None:
+        return node, text
+    found = _children_difference(path, children, module._modules, added_children)
+    if found is not None:
+        name, text = found
+        return (node if node is not None else node_of.get(name)), text
     return None

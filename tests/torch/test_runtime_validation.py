@@ -197,10 +197,13 @@ def test_autocast_is_part_of_the_signature():
     model = mlp()
     model(x=x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x=x)["output"]  # a floating port may carry autocast's dtype (SPEC.md §11)
+        assert out.dtype is torch.bfloat16
         with pytest.raises(HNDLError) as error:
-            model(x=x)
+            model(x=x.to(torch.float16))  # neither the contract's float32 nor autocast's bfloat16
+    assert model._validations == 3
     assert error.value.code == "E_RUNTIME"
-    assert error.value.message.startswith("linear 'n0' output 'out': expected dtype float32, got bfloat16")
+    assert error.value.message.startswith("input 'x': expected dtype float32 or bfloat16 (autocast), got float16")
 
 
 def test_moving_or_casting_the_module_forgets_every_signature():
@@ -212,9 +215,11 @@ def test_moving_or_casting_the_module_forgets_every_signature():
     model(x=torch.randn(3, 4))
     assert model._validations == 3
     model.double()
+    assert model._signatures == {}
+    assert model(x=torch.randn(3, 4, dtype=torch.float64))["output"].dtype is torch.float64
     with pytest.raises(HNDLError) as error:
-        model(x=torch.randn(3, 4, dtype=torch.float64))
-    assert error.value.message.startswith("input 'x': expected dtype float32, got float64")
+        model(x=torch.randn(3, 4))
+    assert error.value.message.startswith("input 'x': expected dtype float64, got float32")
 
 
 def test_registering_state_on_a_module_of_the_graph_forces_revalidation():
@@ -456,7 +461,7 @@ def _replace_node(model):
 @pytest.mark.parametrize("mutate, expected", [
     (_graft, "registered state of linear 'head' no longer matches the build: submodule 'nodes.n_head.extra' was added (Linear)"),
     (_add_parameter, "registered state of linear 'head' no longer matches the build: parameter 'nodes.n_head.ghost' was added"),
-    (_replace_node, "registered state of linear 'head' no longer matches the build: submodule 'nodes.n_head' was replaced with Linear (it was Linear at build)"),
+    (_replace_node, "registered state of linear 'head' no longer matches the build: submodule 'nodes.n_head' was replaced with another Linear (it was Linear at build)"),
 ])
 def test_hooked_mutations_after_the_first_call_fail_on_every_call(mutate, expected):
     model = mlp()

@@ -17,6 +17,7 @@ memory or CPU isolation). HNDL never falls back from one mode to another on its 
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -143,6 +144,7 @@ def parse_isolated(
             _worker = None
         if _worker is None:
             _worker = _Worker(settings)
+            _shutdown_at_exit()
         try:
             outcome = _outcome(_worker.ask(request), source, max_nodes)
         except BaseException:
@@ -163,6 +165,36 @@ def _outcome(reply: Any, source: Source, max_nodes: Optional[int]) -> Any:
     if type(reply) is dict and set(reply) == {"ok", "error"} and reply["ok"] is False:
         return decode_error(reply["error"], file=source.file)
     raise malformed("unexpected reply shape")
+
+
+_exit_hook_installed = False
+
+
+def _shutdown_at_exit() -> None:
+    """Stop the worker when the interpreter exits (once per process; a fork's child registers its own).
+
+    Without it the worker outlives ``sys.exit`` until the OS reaps it, and ``python -X dev``
+    reports the still-running subprocess as a ResourceWarning.
+    """
+    global _exit_hook_installed
+    if not _exit_hook_installed:
+        atexit.register(shutdown)
+        os.register_at_fork(after_in_child=_forget_exit_hook)
+        _exit_hook_installed = True
+
+
+def _forget_exit_hook() -> None:
+    global _exit_hook_installed
+    _exit_hook_installed = False
+
+
+def shutdown() -> None:
+    """Stop the persistent worker, if one runs: EOF first (it exits on its own), then kill."""
+    global _worker
+    with _lock:
+        worker, _worker = _worker, None
+    if worker is not None:
+        worker.close(graceful=True)
 
 
 class _Worker:
@@ -292,13 +324,21 @@ class _Worker:
             remedies=("Shrink the configuration, or raise memory_bytes / cpu_seconds with configure().",),
         )
 
-    def close(self) -> None:
+    def close(self, *, graceful: bool = False) -> None:
         """Stop the worker and release its pipes; a worker inherited across fork() is only released.
 
         A forked child holds copies of its parent's pipes; killing the process would take the
-        parent's worker away, so the child just drops its copies.
+        parent's worker away, so the child just drops its copies. ``graceful`` (at exit) first
+        closes the worker's stdin, on which it returns from its loop, and kills it only if it
+        has not exited within a second.
         """
         if self.owner == os.getpid():
+            if graceful and self.process.poll() is None:
+                try:
+                    self.process.stdin.close()
+                    self.process.wait(timeout=1.0)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
             if self.process.poll() is None:
                 self.process.kill()
             self.process.wait()

@@ -1,0 +1,50 @@
+"""Nodes built as the torch layers they configure, so type-matching tools treat them as torch's own.
+
+Many declared classes add nothing to a torch layer but a keyword constructor: ``Linear`` only
+maps ``out_features`` / ``in_features`` onto ``nn.Linear.__init__``. PyTorch tools look such
+layers up by exact type (torch.ao's quantization mappings and ``from_float`` checks, fx's leaf
+rule, fusion patterns, FLOP counters keyed by ``type(module)``), and a subclass matches none of
+them. So once such a node is constructed, initialized and frozen as its plan says, its class is
+set to that torch base: the object, its state and its behaviour are unchanged (the subclass
+defined none), only ``type(module)`` now names the torch layer. The declaration is still the
+one source of truth: build reads it from the registry, never from the module's class
+(SPEC.md "Nodes are torch layers where the operator is one").
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import nn
+
+from ..declaration import SPEC_ATTRIBUTE
+
+#: What ``class X(nn.Linear)`` with only a constructor and a docstring holds in its namespace.
+_CONFIGURATION_ONLY = frozenset({
+    "__init__", "__module__", "__qualname__", "__doc__", "__annotations__", "__firstlineno__",
+    "__static_attributes__", "__orig_bases__", "__parameters__", SPEC_ATTRIBUTE,
+})
+
+
+def torch_layer(cls: type) -> Optional[type]:
+    """The torch.nn layer class ``cls`` only configures, or None.
+
+    That is the case when ``cls`` has exactly one base, a class defined in ``torch.nn`` other
+    than ``nn.Module`` itself, and defines nothing but its constructor (no forward, no other
+    method or class attribute), so every behaviour of an instance is the base's.
+    """
+    if len(cls.__bases__) != 1:
+        return None
+    (base,) = cls.__bases__
+    if base is nn.Module or not issubclass(base, nn.Module) or not base.__module__.startswith("torch.nn."):
+        return None
+    if set(vars(cls)) - _CONFIGURATION_ONLY:
+        return None
+    return base
+
+
+def as_torch_layer(module: nn.Module) -> None:
+    """Re-type ``module`` as the torch layer its class only configures (``torch_layer``); else leave it."""
+    base = torch_layer(type(module))
+    if base is not None:
+        module.__class__ = base
