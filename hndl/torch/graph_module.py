@@ -152,6 +152,7 @@ class GraphModule(nn.Module):
     def _watch(self) -> None:
         container = self._record[0][2]
         self.__dict__["_watches"] = state_watch.watch(self, (self, *(entry[2] for entry in self._record), container))
+        state_watch.watch_slots(self, container)
 
     def _compile_steps(self) -> None:
         """The ports and steps of the checked program, for the current modules and floating dtype."""

@@ -109,7 +109,8 @@ class Port:
         if len(shape) != len(expected) or any(a != b for a, b in zip(shape, expected)):
             return f"{self.label}: expected shape {self.contract(batch)}, got {list(shape)}"
         if not self.accepts_dtype(value.dtype, loose):
-            also = "".join(f" or {dtype_name(dtype)}" for dtype in dict.fromkeys(loose) if dtype != self.dtype)
+            extra = dict.fromkeys(loose) if self.floating else ()
+            also = "".join(f" or {dtype_name(dtype)}" for dtype in extra if dtype != self.dtype)
             under = " (autocast)" if also else ""
             return f"{self.label}: expected dtype {dtype_name(self.dtype)}{also}{under}, got {dtype_name(value.dtype)}"
         if value.device != device:

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 from torch import nn
 from torch.nn.modules import module as _torch_module
 
-__all__ = ["watch", "watched_graphs", "install"]
+__all__ = ["watch", "watch_slots", "watched_graphs", "install", "NodeSlots"]
 
 
 class _Watch:
@@ -93,3 +93,38 @@ def install() -> None:
 
 
 install()
+
+
+class NodeSlots(dict):
+    """A graph's ``nodes._modules``: a dict that tells the graph when a module is written into it.
+
+    torch runs no registration hook for ``container._modules[name] = module``, and that is how
+    torch.ao's ``convert`` (behind ``quantize_dynamic(..., inplace=True)``) swaps a layer for its
+    quantized counterpart. Writing through this dict marks the graph's state as changed, so the
+    next call re-checks it (and adopts such a conversion) instead of running the old module. It
+    copies and pickles as a plain dict; the graph wraps its container again when rebuilt.
+    """
+
+    __slots__ = ("graph",)
+
+    def __setitem__(self, name: str, module: Any) -> None:
+        super().__setitem__(name, module)
+        graph = self.graph()
+        if graph is not None:
+            graph._registered_state_changed()
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        graph = self.graph()
+        if graph is not None:
+            graph._registered_state_changed()
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        return (dict, (dict(self),))
+
+
+def watch_slots(graph: Any, container: nn.Module) -> None:
+    """Make ``container._modules`` a ``NodeSlots`` reporting to ``graph`` (held weakly)."""
+    slots = NodeSlots(container._modules)
+    slots.graph = weakref.ref(graph)
+    container.__dict__["_modules"] = slots

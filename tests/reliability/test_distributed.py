@@ -9,9 +9,11 @@ one process train HNDL modules with PyTorch's own engine. This test proves that 
   from the JSON with ``hndl.torch.restore`` and the same ``initialization_seed``, and reports
   its state keys, its semantic digest and its initial parameters: identical on both ranks and
   to the parent's build;
-* each worker wraps the module in ``torch.nn.parallel.DistributedDataParallel``, takes one SGD
-  step on its half of a batch, and reports the parameters; they equal, on both ranks, the
-  parameters the parent reaches with one plain single-process step on the combined batch.
+* each worker wraps the module in ``torch.nn.parallel.DistributedDataParallel`` (or shards it
+  with FSDP2's ``fully_shard`` over a CPU device mesh), takes one SGD step on its half of a
+  batch, and reports the parameters (FSDP2's shards gathered with ``full_tensor``); they equal,
+  on both ranks, the parameters the parent reaches with one plain single-process step on the
+  combined batch.
 """
 
 from __future__ import annotations
@@ -58,21 +60,30 @@ WORKER = textwrap.dedent(
     model = restore(text, device="cpu", registry=registry, initialization_seed=int(os.environ["HNDL_TEST_SEED"]))
     initial = {key: value.detach().clone() for key, value in model.state_dict().items()}
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    ddp = nn.parallel.DistributedDataParallel(model)
+    if os.environ["HNDL_TEST_ENGINE"] == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        wrapped = fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    else:
+        wrapped = nn.parallel.DistributedDataParallel(model)
     data = torch.load(os.path.join(directory, "batch.pt"), weights_only=True)
     x, y = data["x"].chunk(world)[rank], data["y"].chunk(world)[rank]
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=float(os.environ["HNDL_TEST_LR"]))
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=float(os.environ["HNDL_TEST_LR"]))
     optimizer.zero_grad()
-    loss = nn.functional.mse_loss(ddp(x=x)["output"], y)
+    loss = nn.functional.mse_loss(wrapped(x=x)["output"], y)
     loss.backward()
     optimizer.step()
+    after = {}
+    for key, value in model.state_dict().items():
+        value = value.full_tensor() if hasattr(value, "full_tensor") else value  # FSDP2 shards (DTensor)
+        after[key] = value.detach().clone()
     dist.barrier()
     dist.destroy_process_group()
     torch.save({
         "keys": list(model.state_dict()),
         "digest": model.plan.semantic_digest,
         "initial": initial,
-        "after": {key: value.detach().clone() for key, value in model.state_dict().items()},
+        "after": after,
     }, os.path.join(directory, f"rank{rank}.pt"))
     """
 )
@@ -84,8 +95,8 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _launch(tmp_path):
-    script = tmp_path / "ddp_worker.py"
+def _launch(tmp_path, engine):
+    script = tmp_path / "worker.py"
     script.write_text(WORKER, encoding="utf-8")
     port = _free_port()
     processes = []
@@ -96,7 +107,7 @@ def _launch(tmp_path):
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo",
             "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
             "HNDL_TEST_SYS_PATH": json.dumps(sys.path), "HNDL_TEST_PACKS": json.dumps(PACKS),
-            "HNDL_TEST_SEED": str(SEED), "HNDL_TEST_LR": repr(LR),
+            "HNDL_TEST_SEED": str(SEED), "HNDL_TEST_LR": repr(LR), "HNDL_TEST_ENGINE": engine,
         }
         processes.append(subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -116,6 +127,14 @@ def _launch(tmp_path):
 
 
 def test_ddp_with_gloo_on_two_cpu_processes_equals_single_process_training(tmp_path):
+    _check_engine(tmp_path, "ddp")
+
+
+def test_fsdp2_fully_shard_with_gloo_on_two_cpu_processes_equals_single_process_training(tmp_path):
+    _check_engine(tmp_path, "fsdp2")
+
+
+def _check_engine(tmp_path, engine):
     start = time.perf_counter()
     registry = hndl.Registry.from_packs(*PACKS)
     plan = hndl.resolve(SOURCE, **CONTRACT, registry=registry)
@@ -126,7 +145,7 @@ def test_ddp_with_gloo_on_two_cpu_processes_equals_single_process_training(tmp_p
     y = torch.randn(8, 3, generator=generator)
     torch.save({"x": x, "y": y}, tmp_path / "batch.pt")
 
-    ranks = _launch(tmp_path)
+    ranks = _launch(tmp_path, engine)
 
     # single process, combined batch, same JSON, same seed
     model = restore(text, device="cpu", registry=registry, initialization_seed=SEED)
