@@ -46,7 +46,8 @@ has already failed.
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Optional
+import keyword
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch import nn
@@ -102,8 +103,48 @@ _RUNTIME = (
 
 
 def _forward_with_args(graph: "GraphModule", args: tuple) -> Any:
-    """A call with positional inputs only, for a module whose forward takes keywords: forward's own error."""
-    return graph.forward(*args)
+    """A call without keywords, for a module whose forward takes keywords only: E_BINDING."""
+    if not args:
+        return graph._entry(graph, {})  # nothing given: the binding error names what is missing
+    outside_graph(graph, "_reject_positional", len(args))
+
+
+#: One class per (base, tuple of input names): see ``signature_class``.
+_SIGNATURE_CLASSES: dict[tuple[type, tuple[str, ...]], type] = {}
+
+
+def signature_class(base: type, names: tuple[str, ...]) -> type:
+    """The subclass of ``base`` whose ``forward`` takes exactly these inputs as named parameters.
+
+    Tools read a module's inputs off ``type(model).forward``: fx makes one placeholder per
+    parameter and ``torch.export`` matches ``dynamic_shapes`` by name; both fail on ``*args``
+    and ``**kwargs``. So each distinct tuple of input names gets one subclass, with the base's
+    name, whose forward ``base._forward_source`` writes. Names that cannot be Python parameters
+    (keywords, ``self``) keep the base's generic forward. Instances pickle by the names
+    (``GraphModule.__reduce_ex__``), so the class is rebuilt wherever they are loaded.
+    """
+    key = (base, names)
+    cls = _SIGNATURE_CLASSES.get(key)
+    if cls is not None:
+        return cls
+    if not names or "self" in names or any(keyword.iskeyword(name) or not name.isidentifier() for name in names):
+        return base
+    space: dict[str, Any] = {}
+    exec(base._forward_source(names), space)
+    forward = space["forward"]
+    forward.__qualname__ = f"{base.__qualname__}.forward"
+    forward.__module__ = base.__module__
+    cls = type(base.__name__, (base,), {
+        "forward": forward, "_input_signature": names, "__module__": base.__module__,
+        "__qualname__": base.__qualname__, "__doc__": base.__doc__,
+    })
+    _SIGNATURE_CLASSES[key] = cls
+    return cls
+
+
+def _signature_instance(base: type, names: tuple[str, ...]) -> "GraphModule":
+    """An empty instance of ``signature_class(base, names)`` for unpickling; the state follows."""
+    return nn.Module.__new__(signature_class(base, tuple(names)))
 
 
 class GraphModule(nn.Module):
@@ -111,6 +152,26 @@ class GraphModule(nn.Module):
 
     #: Whether ``forward`` takes the inputs positionally (the ``Network`` facade does).
     _positional_inputs = False
+    #: The input names a ``signature_class`` forward takes; None on the generic base classes.
+    _input_signature: Optional[tuple[str, ...]] = None
+
+    #: The source of a ``forward`` naming the inputs (``signature_class``), or None to keep the
+    #: generic one: a GraphModule's ``forward(*args, **inputs)`` turns a positional input into
+    #: E_BINDING even when called directly, and fx traces it by keyword.
+    _forward_source: Optional[Callable[[tuple[str, ...]], str]] = None
+
+    def __new__(cls, plan: Any = None, *args: Any, **kwargs: Any) -> "GraphModule":
+        """An instance of the class whose ``forward`` names this plan's inputs, where the class has one."""
+        if cls._forward_source is not None and cls._input_signature is None and isinstance(plan, ResolvedPlan):
+            cls = signature_class(cls, tuple(port["name"] for port in plan.inputs))
+        return super().__new__(cls)
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        """Pickle a signature class's instance by its base and input names, which rebuild the class."""
+        cls = type(self)
+        if cls._input_signature is None:
+            return super().__reduce_ex__(protocol)
+        return (_signature_instance, (cls.__bases__[0], self._input_names), self.__getstate__())
 
     def __init__(
         self,
@@ -216,18 +277,23 @@ class GraphModule(nn.Module):
                 or _Module.__call__ is not _module_call or _tracing_state()):
             # The expression is hooks_registered's, inlined. A replaced nn.Module.__call__ (fx's
             # tracer, profilers) is the one that must see this call.
-            if self._positional_inputs and (kwargs or len(args) != len(self._input_names)):
-                self._inputs_from(self._arguments(args, kwargs))  # E_BINDING before forward's TypeError
+            if self._positional_inputs and not (self._forward_pre_hooks or _global_forward_pre_hooks):
+                self._check_arguments(args, kwargs)  # E_BINDING rather than forward's TypeError
             return _Module.__call__(self, *args, **kwargs)
         else:
             program = self._args_call
         if "forward" in self.__dict__:  # a forward patched onto the instance
             return self.forward(*args, **kwargs)
-        if kwargs:  # keyword inputs: a facade maps them onto its positional program
-            if not self._positional_inputs:
-                return self.forward(*args, **kwargs)
-            args = self._arguments(args, kwargs)
+        if kwargs:
+            if not self._positional_inputs:  # keyword inputs of a GraphModule (positional ones are refused)
+                return self._entry(self, kwargs) if not args else program(self, args)
+            args = self._arguments(args, kwargs)  # a facade maps them onto its positional program
         return program(self, args)
+
+    def _check_arguments(self, args: tuple, kwargs: Mapping[str, Any]) -> None:
+        """A facade's inputs must fit its named ``forward`` (E_BINDING); a pre-hook may still rebind them."""
+        if kwargs or len(args) != len(self._input_names):
+            self._inputs_from(self._arguments(args, kwargs))
 
     def forward(self, *args: torch.Tensor, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Run the graph on its inputs given by keyword; a positional input is E_BINDING.
@@ -235,6 +301,8 @@ class GraphModule(nn.Module):
         ``*args`` exists only to turn ``module(x)`` into an HNDL error naming the keywords
         instead of Python's bare TypeError; the keyword path pays one empty-tuple test.
         """
+        if isinstance(args, Proxy):  # fx's symbolic tracer: ``*args`` and ``**inputs`` are proxies
+            return self._plain_call({name: inputs[name] for name in self._input_names})
         if args:
             outside_graph(self, "_reject_positional", len(args))
         return self._entry(self, inputs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import keyword
 from operator import index as _index
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -12,7 +11,7 @@ from torch.fx import Proxy
 
 from ..errors import HNDLError
 from ..frontends.pipeline import resolve, resolve_callable, resolve_file
-from ..plan import ResolvedPlan, is_unary_chain
+from ..plan import is_unary_chain
 from ..registry import Registry
 from .build import construct
 from .graph_module import GraphModule
@@ -63,15 +62,13 @@ class Network(GraphModule):
 
     _positional_inputs = True
 
-    def __new__(cls, plan: Any = None, *args: Any, **kwargs: Any) -> "Network":
-        """An instance of the facade class whose ``forward`` names this plan's inputs (``facade_class``)."""
-        if cls is Network and isinstance(plan, ResolvedPlan):
-            cls = facade_class(tuple(port["name"] for port in plan.inputs))
-        return super().__new__(cls)
-
-    def __reduce_ex__(self, protocol: int) -> tuple:
-        """Pickle by input names: the facade class is rebuilt from them (it is made per signature)."""
-        return (_facade_instance, (self._input_names,), self.__getstate__())
+    @staticmethod
+    def _forward_source(names: tuple[str, ...]) -> str:  # type: ignore[override]
+        """``forward(self, <names>)``, the source ``signature_class`` compiles for a facade."""
+        parameters = ", ".join(names)
+        return (f"def forward(self, {parameters}):\n"
+                f"    \"\"\"Run the network on {parameters}, given by position or keyword.\"\"\"\n"
+                f"    return self._run(({parameters},))\n")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -84,7 +81,7 @@ class Network(GraphModule):
         self.__dict__["_hndl_sealed"] = True
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
-        """Run the network; ``facade_class`` gives each plan a forward that names its inputs.
+        """Run the network; ``signature_class`` gives each plan a forward that names its inputs.
 
         This generic form serves only plans whose input names cannot be Python parameters.
         """
@@ -344,40 +341,6 @@ def _chaining_problem(traits: frozenset, node: Any) -> Optional[str]:
     return None
 
 
-#: One facade class per tuple of input names (``facade_class``).
-_FACADES: dict[tuple[str, ...], type] = {}
-
-
-def facade_class(names: tuple[str, ...]) -> type:
-    """The ``Network`` subclass whose ``forward`` takes exactly these inputs as named parameters.
-
-    Tools read a module's inputs off ``type(model).forward``: fx makes one placeholder per
-    parameter, ``torch.export`` matches ``dynamic_shapes={"x": ...}`` by name, and both fail on
-    ``*args``. Each distinct tuple of input names gets one subclass (still named ``Network``);
-    names that cannot be Python parameters (keywords, ``self``) keep the generic forward.
-    """
-    cls = _FACADES.get(names)
-    if cls is not None:
-        return cls
-    if not names or "self" in names or any(keyword.iskeyword(name) or not name.isidentifier() for name in names):
-        return Network
-    parameters = ", ".join(names)
-    space: dict[str, Any] = {}
-    exec(f"def forward(self, {parameters}):\n    return self._run(({parameters},))\n", space)
-    forward = space["forward"]
-    forward.__qualname__ = "Network.forward"
-    forward.__module__ = __name__
-    forward.__doc__ = f"Run the network on {parameters}, given by position or keyword."
-    cls = type("Network", (Network,), {"forward": forward, "__module__": __name__, "__qualname__": "Network",
-                                       "__doc__": Network.__doc__})
-    _FACADES[names] = cls
-    return cls
-
-
-def _facade_instance(names: tuple[str, ...]) -> Network:
-    """An empty facade for these inputs, for unpickling (``Network.__reduce_ex__``); state follows."""
-    cls = facade_class(tuple(names))
-    return nn.Module.__new__(cls)
 
 
 def network(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import importlib.metadata
+import inspect
 import re
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from torch.nn.utils import parametrizations, parametrize, prune
 import hndl
 from hndl import HNDLError
 from hndl.torch import network
+from hndl.torch.network import Network
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRECTORIES = (str(ROOT / "hndl"), str(ROOT / "plugins"))
@@ -175,6 +177,31 @@ def test_export_of_a_two_input_network_binds_dynamic_shapes_by_input_name():
     x, y = torch.randn(7, 4), torch.randn(7, 6)
     torch.testing.assert_close(program.module()(x, y), model(x, y))
     torch.testing.assert_close(model(y=y, x=x), model(x, y))
+
+
+def test_a_graph_module_from_build_traces_and_exports_with_keyword_inputs():
+    plan = hndl.resolve("linear(8)\nrelu()\nlinear()", input_shape=("B", 4), output_shape=("B", 2))
+    graph = hndl.torch.build(plan, device="cpu")
+    x = torch.randn(3, 4)
+    traced = symbolic_trace(graph)  # forward(*args, **inputs): the traced graph takes keywords too
+    assert [node.target for node in traced.graph.nodes if node.op == "call_module"] == ["nodes.n_n0", "nodes.n_n1", "nodes.n_n2"]
+    torch.testing.assert_close(traced(x=x)["output"], graph(x=x)["output"])
+    program = export(graph, (), {"x": x}, dynamic_shapes={"x": {0: Dim("batch")}})
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(program.module()(x=x)["output"], graph(x=x)["output"])
+    with pytest.raises(HNDLError) as error:
+        graph(x)
+    assert error.value.code == "E_BINDING"
+
+
+def test_whole_model_pickles_keep_the_named_forward(tmp_path):
+    model = classifier()
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert type(loaded) is type(model) and isinstance(loaded, Network)
+    assert list(inspect.signature(type(loaded).forward).parameters) == ["self", "x"]
+    x = images()
+    torch.testing.assert_close(loaded.eval()(x), model.eval()(x))
 
 
 # -- dtype moves ----------------------------------------------------------------------------------
