@@ -185,9 +185,9 @@ def test_each_from_packs_call_uses_its_own_plugin_manager(monkeypatch):
 
 def test_registries_from_the_same_packs_are_independent():
     first, second = Registry.from_packs("basic"), Registry.from_packs("basic")
-    first.add(declared("swish", identity="example.swish"))
+    first.add(declared("softsign", identity="example.softsign"))
     first.pretrained_provider("tiny", lambda: nn.Linear(2, 2))
-    assert "swish" not in second
+    assert "softsign" not in second
     with raises("E_PRETRAINED"):
         second.provider("tiny")
     assert second.aliases() == BASIC_ALIASES

@@ -89,7 +89,7 @@ BATCH_CONTRACTS = dict(input_shape=("B", 3, 8, 8), output_shape=("B", 3, 8, 8))
 
 CUSTOM = """
 linear(64)
-swish()
+softsign()
 linear()
 """
 
@@ -113,18 +113,18 @@ CHUNK_CONTRACTS = dict(input_shape=("B", 128), output_shape=("B", 64))
 
 
 def custom_registry() -> Registry:
-    """A fresh built-in registry plus one custom operator, example.swish@3."""
+    """A fresh built-in registry plus one custom operator, example.softsign@3."""
     registry = Registry.builtins()
 
     @registry.operator(
-        "swish",
-        identity="example.swish",
+        "softsign",
+        identity="example.softsign",
         version=3,
-        summary="Sigmoid-weighted linear unit, x * sigmoid(x).",
+        summary="Softsign, x / (1 + |x|).",
         shape="x[B, ...] -> out[B, ...]",
     )
-    class Swish(nn.SiLU):
-        """Out-of-place SiLU without parameters or buffers."""
+    class Softsign(nn.Softsign):
+        """Out-of-place softsign without parameters or buffers."""
 
     return registry
 
@@ -141,12 +141,12 @@ def registry():
 
 
 @pytest.fixture(scope="module")
-def swish_registry():
+def softsign_registry():
     return custom_registry()
 
 
 @pytest.fixture(scope="module")
-def plans(registry, swish_registry):
+def plans(registry, softsign_registry):
     """Every plan kind the format must carry, resolved once."""
     return {
         "mlp": hndl.resolve(MLP, **MLP_CONTRACTS, registry=registry),
@@ -154,7 +154,7 @@ def plans(registry, swish_registry):
         "branched": hndl.resolve(BRANCHED, **BRANCHED_CONTRACTS, registry=registry),
         "named_ports": hndl.resolve(DISCRIMINATOR, **DISCRIMINATOR_CONTRACTS, registry=registry),
         "batch_multiples": hndl.resolve(BATCH, **BATCH_CONTRACTS, registry=registry),
-        "custom": hndl.resolve(CUSTOM, **MLP_CONTRACTS, registry=swish_registry),
+        "custom": hndl.resolve(CUSTOM, **MLP_CONTRACTS, registry=softsign_registry),
         "init": hndl.resolve(INIT, **MLP_CONTRACTS, registry=registry),
         "constants": hndl.resolve(CONSTANTS, **MLP_CONTRACTS, registry=registry),
         "callable": hndl.resolve_callable(classifier, **MLP_CONTRACTS, registry=registry),
@@ -162,8 +162,8 @@ def plans(registry, swish_registry):
     }
 
 
-def _registry_for(name, registry, swish_registry):
-    return swish_registry if name == "custom" else registry
+def _registry_for(name, registry, softsign_registry):
+    return softsign_registry if name == "custom" else registry
 
 
 # -- tampering helpers ------------------------------------------------------------------------------
@@ -233,10 +233,10 @@ def test_tuples_are_arrays_and_constants_are_kept_exactly(plans):
 @pytest.mark.parametrize("name", [
     "mlp", "generator", "branched", "named_ports", "batch_multiples", "custom", "init", "constants", "callable", "chunk",
 ])
-def test_round_trip_is_byte_exact(name, plans, registry, swish_registry):
+def test_round_trip_is_byte_exact(name, plans, registry, softsign_registry):
     plan = plans[name]
     text = plan.to_json()
-    restored = ResolvedPlan.from_json(text, registry=_registry_for(name, registry, swish_registry))
+    restored = ResolvedPlan.from_json(text, registry=_registry_for(name, registry, softsign_registry))
     assert restored.to_json() == text
     assert restored == plan
     assert restored.semantic_digest == plan.semantic_digest
@@ -251,10 +251,10 @@ def test_round_trip_accepts_bytes(plans):
     assert ResolvedPlan.from_json(bytearray(text.encode("utf-8"))).to_json() == text
 
 
-def test_identities_versions_and_records_survive(plans, swish_registry):
-    custom = ResolvedPlan.from_json(plans["custom"].to_json(), registry=swish_registry)
-    assert [node.op for node in custom.nodes] == ["linear@1", "example.swish@3", "linear@1"]
-    assert custom.node("n1").alias == "swish"
+def test_identities_versions_and_records_survive(plans, softsign_registry):
+    custom = ResolvedPlan.from_json(plans["custom"].to_json(), registry=softsign_registry)
+    assert [node.op for node in custom.nodes] == ["linear@1", "example.softsign@3", "linear@1"]
+    assert custom.node("n1").alias == "softsign"
     init = ResolvedPlan.from_json(plans["init"].to_json())
     head = init.node("n2")
     assert head.initialization["kind"] == "torch_default@2"
@@ -274,7 +274,7 @@ def test_identities_versions_and_records_survive(plans, swish_registry):
 def test_custom_operator_needs_its_registry(plans):
     text = plans["custom"].to_json()
     error = refused(text, "E_STATE_VERSION")
-    assert "example.swish@3" in error.message
+    assert "example.softsign@3" in error.message
     error = refused(text, "E_STATE_VERSION", registry=Registry.builtins())
     assert error.remedies
 
@@ -960,12 +960,12 @@ class _RefuseTensorOps(TorchDispatchMode):
         raise AssertionError(f"serialization ran the tensor operation {func}")
 
 
-def test_serialization_allocates_nothing(plans, registry, swish_registry, monkeypatch):
+def test_serialization_allocates_nothing(plans, registry, softsign_registry, monkeypatch):
     import torch._dynamo  # noqa: F401  -- finish torch's lazy imports before refusing modules
 
     texts = {name: plan.to_json() for name, plan in plans.items()}
     for name, text in texts.items():  # warm every lazy import on the restoration path
-        ResolvedPlan.from_json(text, registry=_registry_for(name, registry, swish_registry))
+        ResolvedPlan.from_json(text, registry=_registry_for(name, registry, softsign_registry))
 
     def refuse(*args, **kwargs):
         raise AssertionError("serialization constructed a module")
@@ -980,10 +980,10 @@ def test_serialization_allocates_nothing(plans, registry, swish_registry, monkey
         for name, plan in plans.items():
             text = plan.to_json()
             assert text == texts[name]
-            restored = ResolvedPlan.from_json(text, registry=_registry_for(name, registry, swish_registry))
+            restored = ResolvedPlan.from_json(text, registry=_registry_for(name, registry, softsign_registry))
             assert restored.to_json() == text
             restored.semantic_digest, restored.describe(), str(restored)
-            ResolvedPlan.from_json(text.encode("utf-8"), registry=_registry_for(name, registry, swish_registry))
+            ResolvedPlan.from_json(text.encode("utf-8"), registry=_registry_for(name, registry, softsign_registry))
     assert torch.equal(torch.get_rng_state(), torch_rng)
     assert random.getstate() == python_rng
 

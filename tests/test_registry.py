@@ -181,12 +181,12 @@ def test_registry_ops_include_custom_operators():
 # -- add() ---------------------------------------------------------------------------------------------
 def test_add_registers_a_class_decorated_with_hndl_operator():
     registry = Registry.builtins()
-    cls = declared("swish", identity="example.swish", version=2)
+    cls = declared("softsign", identity="example.softsign", version=2)
     assert registry.add(cls) is cls
-    assert registry.get("swish") is spec_of(cls)
-    assert registry.by_identity("example.swish@2") is spec_of(cls)
+    assert registry.get("softsign") is spec_of(cls)
+    assert registry.by_identity("example.softsign@2") is spec_of(cls)
     with raises("E_STATE_VERSION"):
-        registry.by_identity("example.swish@1")
+        registry.by_identity("example.softsign@1")
 
 
 def test_identity_defaults_to_the_alias_at_version_1():
@@ -208,7 +208,7 @@ def test_a_duplicate_alias_is_a_registry_error():
 
 def test_adding_the_same_class_twice_is_a_registry_error():
     registry = Registry()
-    cls = declared("swish")
+    cls = declared("softsign")
     registry.add(cls)
     with raises("E_REGISTRY"):
         registry.add(cls)
@@ -465,7 +465,7 @@ def test_aliases_membership_length_and_iteration():
     assert len(registry) == len(basic) + 1
     assert "silu" in registry and "linear" in registry
     assert "example.silu@1" not in registry  # membership is by alias, not identity
-    assert "swish" not in registry
+    assert "softsign" not in registry
     specs = list(registry)
     assert all(isinstance(spec, OperatorSpec) for spec in specs)
     assert [spec.alias for spec in specs] == list(registry.aliases())

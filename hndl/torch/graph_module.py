@@ -34,6 +34,14 @@ design):
   only silent case is ``param = None`` on a module that tolerates it (``linear.bias = None``
   runs bias-free until the next revalidation).
 
+Tools (SPEC.md "Tracers", "Dtype moves", "Runtime validation under autocast"): torch.export
+traces the traced program and remembers nothing; fx's symbolic tracer and ``torch.jit.trace``
+record the plain program (``_plain_call``), the latter after checking the inputs untraced;
+``torch.jit.script`` is E_RUNTIME. A floating cast in ``_apply`` moves every floating port's
+contract; under autocast a floating port also accepts autocast's dtypes. torch's
+reparametrizations (``hndl.torch.torch_edits``) are not state changes, and a node replaced by
+its torch.ao conversion is adopted (``_adopt_conversions``).
+
 Errors: HNDL's own checks raise ``HNDLError`` (``E_BINDING`` for the input names and for inputs
 passed positionally to a GraphModule, which takes them by keyword only; ``E_RUNTIME`` for
 contracts and registered state). An exception raised inside a node propagates unchanged

@@ -132,7 +132,7 @@ def test_the_plan_resolves_every_size_from_the_contract():
         ("head", "linear", ("B", LENGTH, VOCAB)),
     ]
     nodes = {node.id: node for node in plan.nodes}
-    assert nodes["positions"].args == {"length": LENGTH, "embedding_dim": WIDTH}
+    assert nodes["positions"].args == {"length": LENGTH, "embedding_dim": WIDTH, "max_length": None}
     assert nodes["head"].args["out_features"] == VOCAB and nodes["head"].provenance["out_features"] == "inferred"
 
 

@@ -9,21 +9,37 @@ from .dropout import Dropout
 from .embedding import Embedding
 from .flatten import Flatten
 from .gelu import GELU
+from .hardsigmoid import Hardsigmoid
+from .hardswish import Hardswish
+from .hardtanh import Hardtanh
 from .layer_norm import LayerNorm
 from .leaky_relu import LeakyReLU
 from .linear import Linear
+from .log_softmax import LogSoftmax
+from .max import Max
+from .mean import Mean
+from .mish import Mish
 from .mul import Mul
+from .permute import Permute
 from .relu import ReLU
+from .relu6 import ReLU6
 from .reshape import Reshape
 from .rms_norm import RMSNorm
+from .select import Select
 from .sigmoid import Sigmoid
 from .softmax import Softmax
 from .split import Split
+from .squeeze import Squeeze
+from .swish import Swish
 from .tanh import Tanh
+from .transpose import Transpose
+from .unsqueeze import Unsqueeze
 
 OPERATORS = (
     Linear, ReLU, LeakyReLU, Tanh, Reshape, Flatten, Split, Chunk, Concat, Add, Dropout,
     Embedding, GELU, Sigmoid, Softmax, LayerNorm, RMSNorm, Mul,
+    ReLU6, Hardtanh, Swish, Hardswish, Hardsigmoid, Mish, LogSoftmax,
+    Transpose, Permute, Unsqueeze, Squeeze, Mean, Max, Select,
 )
 
 

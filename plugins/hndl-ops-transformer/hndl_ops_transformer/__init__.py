@@ -8,11 +8,16 @@ from hndl.packs import hookimpl
 
 from .attention import Attention
 from .feed_forward import FeedForward
+from .feed_forward_v1 import FeedForwardV1
+from .learned_tokens import LearnedTokens
 from .moe import MoE
 from .positional_embedding import PositionalEmbedding
+from .positional_embedding_v1 import PositionalEmbeddingV1
 from .transformer_block import TransformerBlock
+from .transformer_block_v1 import TransformerBlockV1
 
-OPERATORS: tuple[type, ...] = (PositionalEmbedding, Attention, FeedForward, TransformerBlock, MoE)
+OPERATORS: tuple[type, ...] = (PositionalEmbedding, Attention, FeedForward, TransformerBlock, MoE, LearnedTokens,
+                               PositionalEmbeddingV1, FeedForwardV1, TransformerBlockV1)
 
 
 @hookimpl

@@ -68,8 +68,8 @@ class MoE(nn.Module):
     * **Router.** `router = Linear(D, experts, bias=False)` scores every token. The `top_k`
       highest logits are selected with `torch.topk` and a softmax over just those `top_k`
       logits gives the mixing weights (the Mixtral scheme).
-    * **Experts.** `experts[i]` is a `feed_forward@1` module: `Linear(D, expansion * D)`,
-      exact GELU, `Linear(expansion * D, D)`.
+    * **Experts.** `experts[i]` is a `feed_forward` module with its default activation:
+      `Linear(D, expansion * D)`, exact GELU, `Linear(expansion * D, D)`.
     * **Output.** `out[t] = sum_j weight_j(t) * experts[index_j(t)](x[t])` over the selected
       experts. Each expert runs once per call, on exactly the tokens routed to it (gathered
       by index, scattered back with `index_add`); unselected experts contribute nothing.

@@ -1,6 +1,7 @@
-"""feed_forward@1: declaration, the hidden width rule (expansion * D), inference, numerics against
-the written-out reference and a handwritten nn.Sequential (forward and backward), float64
-gradcheck and gradgradcheck, and every error code it raises."""
+"""feed_forward@2: declaration, the hidden width rule (expansion * D), inference, numerics against
+the written-out reference and a handwritten nn.Sequential (forward and backward) for every
+activation, the activations against torch.nn.functional, GPT-2's MLP (gelu_new) and timm's Mlp
+with copied weights, float64 gradcheck and gradgradcheck, and every error code it raises."""
 
 import pytest
 import torch
@@ -28,12 +29,15 @@ def _fails(source, input_shape, output_shape, **kwargs):
 
 def test_declaration():
     spec = spec_of(FeedForward)
-    assert spec.alias == "feed_forward" and spec.qualified == "feed_forward@1"
+    assert spec.alias == "feed_forward" and spec.qualified == "feed_forward@2"
     assert spec.category == "feed-forward"
     assert spec.summary and spec.docstring.strip() and spec.examples and spec.reference is not None
     assert spec.positional_args == ("expansion",)
     assert spec.args["expansion"].default == 4 and spec.args["expansion"].min == 1
     assert spec.args["bias"].default is True
+    assert spec.args["activation"].default == "gelu"
+    assert spec.args["activation"].choices == ("gelu", "gelu_tanh", "relu", "silu")
+    assert not spec.args["activation"].positional and not spec.args["bias"].positional
     assert all(arg.help for arg in spec.args.values())
 
 
@@ -48,8 +52,8 @@ def test_hidden_width_is_expansion_times_the_input_width(source, hidden):
 
 def test_default_expansion_is_recorded_with_its_provenance():
     node = hndl.resolve("feed_forward()", input_shape=("B", 3, 10), output_shape=("B", 3, 10)).nodes[0]
-    assert node.args == {"expansion": 4, "bias": True}
-    assert node.provenance == {"expansion": "default", "bias": "default"}
+    assert node.args == {"expansion": 4, "activation": "gelu", "bias": True}
+    assert node.provenance == {"expansion": "default", "activation": "default", "bias": "default"}
 
 
 def test_unfixed_width_is_ambiguous_not_guessed():
@@ -69,11 +73,17 @@ def test_bias_false_drops_both_biases():
     assert [name for name, _ in layer.named_parameters()] == ["fc1.weight", "fc2.weight"]
 
 
+TORCH_ACTIVATIONS = {"gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh"), "relu": nn.ReLU(),
+                     "silu": nn.SiLU()}
+
+
+@pytest.mark.parametrize("activation", sorted(TORCH_ACTIVATIONS))
 @pytest.mark.parametrize("bias", [True, False])
-def test_forward_and_backward_match_the_reference_and_a_handwritten_mlp(bias):
+def test_forward_and_backward_match_the_reference_and_a_handwritten_mlp(bias, activation):
     torch.manual_seed(0)
-    model, layer = _module(f"feed_forward(3, bias={bias})", ("B", 4, 6))
-    handwritten = nn.Sequential(nn.Linear(6, 18, bias=bias), nn.GELU(), nn.Linear(18, 6, bias=bias))
+    model, layer = _module(f"feed_forward(3, activation={activation!r}, bias={bias})", ("B", 4, 6))
+    handwritten = nn.Sequential(nn.Linear(6, 18, bias=bias), TORCH_ACTIVATIONS[activation],
+                                nn.Linear(18, 6, bias=bias))
     handwritten.load_state_dict({key.replace("fc1", "0").replace("fc2", "2"): value
                                  for key, value in layer.state_dict().items()})
     reference = spec_of(FeedForward).reference(layer)
@@ -90,14 +100,59 @@ def test_forward_and_backward_match_the_reference_and_a_handwritten_mlp(bias):
         torch.testing.assert_close(a, c)
 
 
-def test_the_activation_is_the_exact_gelu():
+FUNCTIONAL = {"gelu": lambda x: F.gelu(x, approximate="none"), "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+              "relu": F.relu, "silu": F.silu}
+
+
+@pytest.mark.parametrize("activation", sorted(FUNCTIONAL))
+def test_each_activation_is_the_torch_function_of_that_name(activation):
+    model, layer = _module(f"feed_forward(1, activation={activation!r}, bias=False)", ("B", 1, 1))
+    with torch.no_grad():
+        layer.fc1.weight.fill_(1.0)
+        layer.fc2.weight.fill_(1.0)
+    x = torch.linspace(-3, 3, 13).reshape(13, 1, 1)
+    torch.testing.assert_close(model(x), FUNCTIONAL[activation](x))
+    for other in set(FUNCTIONAL) - {activation}:
+        assert not torch.allclose(model(x), FUNCTIONAL[other](x), rtol=0, atol=1e-5)
+
+
+def test_the_default_activation_is_the_exact_gelu():
     model, layer = _module("feed_forward(1, bias=False)", ("B", 1, 1))
+    assert layer.activation == "gelu"
     with torch.no_grad():
         layer.fc1.weight.fill_(1.0)
         layer.fc2.weight.fill_(1.0)
     x = torch.linspace(-3, 3, 7).reshape(7, 1, 1)
     torch.testing.assert_close(model(x), F.gelu(x, approximate="none"))
     assert not torch.allclose(model(x), F.gelu(x, approximate="tanh"), rtol=0, atol=1e-5)
+
+
+def test_matches_gpt2s_mlp_with_copied_conv1d_weights():
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
+
+    torch.manual_seed(6)
+    config = GPT2Config(n_embd=8, n_head=2, activation_function="gelu_new", resid_pdrop=0.0)
+    gpt2 = GPT2MLP(4 * 8, config).eval()
+    model, layer = _module("feed_forward(activation='gelu_tanh')", ("B", 5, 8))
+    with torch.no_grad():  # Conv1D stores [in, out]: our Linear weights are its transposes
+        layer.fc1.weight.copy_(gpt2.c_fc.weight.t())
+        layer.fc1.bias.copy_(gpt2.c_fc.bias)
+        layer.fc2.weight.copy_(gpt2.c_proj.weight.t())
+        layer.fc2.bias.copy_(gpt2.c_proj.bias)
+    x = torch.randn(3, 5, 8)
+    torch.testing.assert_close(model(x), gpt2(x))
+
+
+def test_timms_mlp_state_dict_loads_directly():
+    from timm.layers import Mlp
+
+    torch.manual_seed(7)
+    mlp = Mlp(8, hidden_features=32).eval()  # exact GELU, fc1 / fc2 as ours
+    model, layer = _module("feed_forward()", ("B", 5, 8))
+    layer.load_state_dict(mlp.state_dict())
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(model(x), mlp(x))
 
 
 def test_positions_are_mapped_independently():
@@ -111,9 +166,10 @@ def test_positions_are_mapped_independently():
     assert not torch.allclose(after[:, 3], before[:, 3])
 
 
-def test_float64_gradcheck_and_gradgradcheck():
+@pytest.mark.parametrize("activation", sorted(FUNCTIONAL))
+def test_float64_gradcheck_and_gradgradcheck(activation):
     torch.manual_seed(2)
-    _, layer = _module("feed_forward(2)", ("B", 3, 3))
+    _, layer = _module(f"feed_forward(2, activation={activation!r})", ("B", 3, 3))
     layer = layer.double()
     names = [name for name, _ in layer.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_() for p in layer.parameters())
@@ -127,9 +183,17 @@ def test_float64_gradcheck_and_gradgradcheck():
 
 
 @pytest.mark.parametrize("source", ["feed_forward(0)", "feed_forward(-1)", "feed_forward(1.5)",
-                                    "feed_forward(True)", "feed_forward(bias=1)", "feed_forward(hidden=64)"])
+                                    "feed_forward(True)", "feed_forward(bias=1)", "feed_forward(hidden=64)",
+                                    "feed_forward(activation='swish')", "feed_forward(activation='GELU')",
+                                    "feed_forward(activation=1)", "feed_forward(2, 'relu')"])
 def test_invalid_arguments_are_argument_errors(source):
     assert _fails(source, ("B", 4, 8), ("B", 4, 8)).code == "E_ARGUMENT"
+
+
+def test_direct_construction_checks_the_activation():
+    with pytest.raises(HNDLError) as error:
+        FeedForward(activation="tanh", D=4)
+    assert error.value.code == "E_ARGUMENT" and error.value.location.field == "activation"
 
 
 def test_rank_two_input_is_a_constraint_error():

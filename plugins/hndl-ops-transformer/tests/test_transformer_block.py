@@ -1,7 +1,9 @@
-"""transformer_block@1: declaration, one node with one module, inference, numerics against the
+"""transformer_block@2: declaration, one node with one module, inference, numerics against the
 written-out reference and against a handwritten block built from torch.nn.LayerNorm,
-torch.nn.MultiheadAttention and an MLP (forward, input and parameter gradients), causal masking,
-float64 gradcheck and gradgradcheck, and every error code it raises."""
+torch.nn.MultiheadAttention and an MLP (forward, input and parameter gradients) for pre- and
+post-norm and every activation, separate attention/MLP biases, the real layers with copied weights
+(transformers' GPT2Block, timm's ViT Block, transformers' BertLayer), causal masking, float64
+gradcheck and gradgradcheck, and every error code it raises."""
 
 from collections import OrderedDict
 
@@ -19,24 +21,36 @@ from hndl_ops_transformer.feed_forward import FeedForward
 from hndl_ops_transformer.transformer_block import TransformerBlock
 
 
-class HandwrittenBlock(nn.Module):
-    """The same pre-norm layer from stock torch.nn modules; its state_dict keys match ours."""
+TORCH_ACTIVATIONS = {"gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh"), "relu": nn.ReLU,
+                     "silu": nn.SiLU}
 
-    def __init__(self, width, heads, *, causal=False, expansion=4, eps=1e-5, bias=True):
+
+class HandwrittenBlock(nn.Module):
+    """The same layer from stock torch.nn modules; its state_dict keys match ours."""
+
+    def __init__(self, width, heads, *, causal=False, expansion=4, eps=1e-5, bias=True, attention_bias=None,
+                 mlp_bias=None, activation="gelu", norm="pre"):
         super().__init__()
-        self.causal = causal
+        self.causal, self.post = causal, norm == "post"
+        attention_bias = bias if attention_bias is None else attention_bias
+        mlp_bias = bias if mlp_bias is None else mlp_bias
         self.norm1 = nn.LayerNorm(width, eps=eps)
-        self.attention = nn.MultiheadAttention(width, heads, bias=bias, batch_first=True)
+        self.attention = nn.MultiheadAttention(width, heads, bias=attention_bias, batch_first=True)
         self.norm2 = nn.LayerNorm(width, eps=eps)
         self.feed_forward = nn.Sequential(OrderedDict(
-            fc1=nn.Linear(width, expansion * width, bias=bias), gelu=nn.GELU(),
-            fc2=nn.Linear(expansion * width, width, bias=bias)))
+            fc1=nn.Linear(width, expansion * width, bias=mlp_bias), act=TORCH_ACTIVATIONS[activation](),
+            fc2=nn.Linear(expansion * width, width, bias=mlp_bias)))
+
+    def attend(self, h):
+        length = h.shape[1]
+        mask = torch.ones(length, length, dtype=torch.bool).triu(1) if self.causal else None
+        return self.attention(h, h, h, attn_mask=mask, need_weights=False)[0]
 
     def forward(self, x):
-        length = x.shape[1]
-        mask = torch.ones(length, length, dtype=torch.bool).triu(1) if self.causal else None
-        h = self.norm1(x)
-        x = x + self.attention(h, h, h, attn_mask=mask, need_weights=False)[0]
+        if self.post:
+            x = self.norm1(x + self.attend(x))
+            return self.norm2(x + self.feed_forward(x))
+        x = x + self.attend(self.norm1(x))
         return x + self.feed_forward(self.norm2(x))
 
 
@@ -60,13 +74,16 @@ def _perturb(module, scale=0.1):
 # -- declaration and structure ---------------------------------------------------------------------------
 def test_declaration():
     spec = spec_of(TransformerBlock)
-    assert spec.alias == "transformer_block" and spec.qualified == "transformer_block@1"
+    assert spec.alias == "transformer_block" and spec.qualified == "transformer_block@2"
     assert spec.category == "block"
     assert spec.summary and spec.docstring.strip() and spec.examples and spec.reference is not None
     assert spec.positional_args == ("heads",)
     assert spec.args["heads"].required
     assert {name: arg.default for name, arg in spec.args.items() if name != "heads"} == {
-        "causal": False, "expansion": 4, "eps": 1e-5, "bias": True}
+        "causal": False, "expansion": 4, "activation": "gelu", "norm": "pre", "eps": 1e-5, "bias": True,
+        "attention_bias": None, "mlp_bias": None}
+    assert spec.args["activation"].choices == ("gelu", "gelu_tanh", "relu", "silu")
+    assert spec.args["norm"].choices == ("pre", "post")
     assert all(arg.help for arg in spec.args.values())
 
 
@@ -74,7 +91,8 @@ def test_one_node_with_one_module_holding_plain_submodules():
     plan = hndl.resolve("transformer_block(2, causal=True, expansion=3, eps=1e-6)",
                         input_shape=("B", 4, 8), output_shape=("B", 4, 8))
     assert [node.alias for node in plan.nodes] == ["transformer_block"]
-    assert plan.nodes[0].args == {"heads": 2, "causal": True, "expansion": 3, "eps": 1e-6, "bias": True}
+    assert plan.nodes[0].args == {"heads": 2, "causal": True, "expansion": 3, "activation": "gelu", "norm": "pre",
+                                  "eps": 1e-6, "bias": True, "attention_bias": None, "mlp_bias": None}
     model, block = _module("transformer_block(2, causal=True, expansion=3, eps=1e-6)", ("B", 4, 8))
     assert list(dict(model.nodes.named_children())) == ["n_n0"]
     assert isinstance(block.norm1, nn.LayerNorm) and block.norm1.eps == 1e-6
@@ -90,18 +108,15 @@ def test_width_is_inferred_backward_through_the_block():
 
 
 # -- numerics ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("bias", [True, False])
-def test_forward_and_backward_match_the_reference_and_a_handwritten_block(causal, bias):
-    torch.manual_seed(0)
-    source = f"transformer_block(4, causal={causal}, expansion=2, eps=1e-6, bias={bias})"
-    model, block = _module(source, ("B", 6, 16))
+def _matches_reference_and_handwritten(source, width, heads, **handwritten_options):
+    """Forward, input and parameter gradients of the node against the reference and HandwrittenBlock."""
+    model, block = _module(source, ("B", 6, width))
     _perturb(block)
-    handwritten = HandwrittenBlock(16, 4, causal=causal, expansion=2, eps=1e-6, bias=bias)
+    handwritten = HandwrittenBlock(width, heads, **handwritten_options)
     handwritten.load_state_dict(block.state_dict())
     reference = spec_of(TransformerBlock).reference(block)
-    x = torch.randn(3, 6, 16, requires_grad=True)
-    upstream = torch.randn(3, 6, 16)
+    x = torch.randn(3, 6, width, requires_grad=True)
+    upstream = torch.randn(3, 6, width)
     ours = model(x)
     torch.testing.assert_close(ours, reference(x))
     torch.testing.assert_close(ours, handwritten(x))
@@ -112,6 +127,143 @@ def test_forward_and_backward_match_the_reference_and_a_handwritten_block(causal
     for a, b, c in zip(our_grads, reference_grads, hand_grads):
         torch.testing.assert_close(a, b)
         torch.testing.assert_close(a, c)
+    return block
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_and_backward_match_the_reference_and_a_handwritten_block(causal, bias):
+    torch.manual_seed(0)
+    _matches_reference_and_handwritten(f"transformer_block(4, causal={causal}, expansion=2, eps=1e-6, bias={bias})",
+                                       16, 4, causal=causal, expansion=2, eps=1e-6, bias=bias)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("activation", sorted(TORCH_ACTIVATIONS))
+def test_every_norm_placement_and_activation_match_a_handwritten_block(norm, activation):
+    torch.manual_seed(1)
+    block = _matches_reference_and_handwritten(
+        f"transformer_block(2, causal=True, expansion=2, activation={activation!r}, norm={norm!r})",
+        8, 2, causal=True, expansion=2, activation=activation, norm=norm)
+    assert block.norm == norm and block.feed_forward.activation == activation
+
+
+@pytest.mark.parametrize("bias, attention_bias, mlp_bias, attention_has, mlp_has", [
+    (True, None, False, True, False), (True, False, None, False, True),
+    (False, True, None, True, False), (False, None, True, False, True), (True, False, False, False, False)])
+def test_attention_and_mlp_biases_are_chosen_separately(bias, attention_bias, mlp_bias, attention_has, mlp_has):
+    torch.manual_seed(2)
+    source = f"transformer_block(2, bias={bias}, attention_bias={attention_bias}, mlp_bias={mlp_bias})"
+    block = _matches_reference_and_handwritten(source, 8, 2, bias=bias, attention_bias=attention_bias,
+                                               mlp_bias=mlp_bias)
+    assert (block.attention.in_proj_bias is not None) == attention_has
+    assert (block.attention.out_proj.bias is not None) == attention_has
+    assert (block.feed_forward.fc1.bias is not None) == mlp_has and (block.feed_forward.fc2.bias is not None) == mlp_has
+
+
+def test_post_norm_ends_with_a_layer_norm():
+    torch.manual_seed(3)
+    model, block = _module("transformer_block(2, norm='post')", ("B", 5, 8))
+    out = model(3 * torch.randn(2, 5, 8) + 1)
+    torch.testing.assert_close(out.mean(-1), torch.zeros(2, 5), rtol=0, atol=1e-5)  # norm2 at its init
+    torch.testing.assert_close(out.var(-1, unbiased=False), torch.ones(2, 5), rtol=0, atol=1e-3)
+    pre, _ = _module("transformer_block(2)", ("B", 5, 8))
+    assert not torch.allclose(pre(out).mean(-1), torch.zeros(2, 5), atol=1e-3)
+
+
+# -- the real layers, weights copied in ------------------------------------------------------------------------
+def _perturbed(module, scale=0.2):
+    with torch.no_grad():  # LayerNorms start at ones / zeros and biases at zero: move them off
+        for parameter in module.parameters():
+            parameter.add_(scale * torch.randn_like(parameter))
+    return module
+
+
+def _tensor(output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _same_output_and_input_gradient(model, theirs, x):
+    x = x.clone().requires_grad_()
+    ours, expected = model(x), _tensor(theirs(x))
+    torch.testing.assert_close(ours, expected)
+    upstream = torch.randn_like(ours)
+    torch.testing.assert_close(torch.autograd.grad(ours, x, upstream)[0],
+                               torch.autograd.grad(expected, x, upstream)[0])
+
+
+def test_matches_transformers_gpt2_block():
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    torch.manual_seed(4)
+    width, length = 16, 7
+    config = GPT2Config(n_embd=width, n_head=4, n_layer=1, n_positions=length, activation_function="gelu_new",
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)
+    config._attn_implementation = "eager"
+    gpt2 = _perturbed(GPT2Block(config, layer_idx=0)).eval()
+    model, block = _module("transformer_block(4, causal=True, activation='gelu_tanh')", ("B", length, width))
+    with torch.no_grad():
+        for ours, theirs in ((block.norm1, gpt2.ln_1), (block.norm2, gpt2.ln_2)):
+            ours.weight.copy_(theirs.weight)
+            ours.bias.copy_(theirs.bias)
+        # Conv1D keeps [in, out] weights (ours are their transposes); c_attn holds q | k | v side by side.
+        for part in range(3):
+            rows = slice(part * width, (part + 1) * width)
+            block.attention.in_proj_weight[rows].copy_(gpt2.attn.c_attn.weight[:, rows].t())
+            block.attention.in_proj_bias[rows].copy_(gpt2.attn.c_attn.bias[rows])
+        for ours, theirs in ((block.attention.out_proj, gpt2.attn.c_proj), (block.feed_forward.fc1, gpt2.mlp.c_fc),
+                             (block.feed_forward.fc2, gpt2.mlp.c_proj)):
+            ours.weight.copy_(theirs.weight.t())
+            ours.bias.copy_(theirs.bias)
+    # GPT2Model builds the causal mask above its blocks; a lone block gets it as an additive mask.
+    mask = torch.full((length, length), float("-inf")).triu(1)[None, None]
+    _same_output_and_input_gradient(model, lambda x: gpt2(x, attention_mask=mask), torch.randn(2, length, width))
+
+
+def test_matches_timm_vision_transformer_block():
+    from functools import partial
+
+    from timm.models.vision_transformer import Block
+
+    torch.manual_seed(5)
+    vit = _perturbed(Block(16, 4, qkv_bias=True, norm_layer=partial(nn.LayerNorm, eps=1e-6))).eval()
+    model, block = _module("transformer_block(4, eps=1e-6)", ("B", 5, 16))
+    renamed = {"attn.qkv.weight": "attention.in_proj_weight", "attn.qkv.bias": "attention.in_proj_bias",
+               "attn.proj.": "attention.out_proj.", "mlp.": "feed_forward."}
+
+    def ours(key):
+        for theirs, name in renamed.items():
+            key = key.replace(theirs, name)
+        return key
+
+    block.load_state_dict({ours(key): value for key, value in vit.state_dict().items()})  # same layout, no transposes
+    _same_output_and_input_gradient(model, vit, torch.randn(3, 5, 16))
+
+
+def test_matches_transformers_bert_layer_post_norm():
+    from transformers import BertConfig
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    torch.manual_seed(6)
+    config = BertConfig(hidden_size=16, num_attention_heads=4, intermediate_size=64, hidden_act="gelu",
+                        layer_norm_eps=1e-12, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config._attn_implementation = "eager"
+    bert = _perturbed(BertLayer(config)).eval()
+    model, block = _module("transformer_block(4, norm='post', eps=1e-12)", ("B", 6, 16))
+    attention = bert.attention
+    with torch.no_grad():
+        # BERT keeps query, key and value as three Linear layers: stacked, they are in_proj.
+        block.attention.in_proj_weight.copy_(torch.cat([attention.self.query.weight, attention.self.key.weight,
+                                                        attention.self.value.weight]))
+        block.attention.in_proj_bias.copy_(torch.cat([attention.self.query.bias, attention.self.key.bias,
+                                                      attention.self.value.bias]))
+        for ours, theirs in ((block.attention.out_proj, attention.output.dense), (block.norm1, attention.output.LayerNorm),
+                             (block.feed_forward.fc1, bert.intermediate.dense), (block.feed_forward.fc2, bert.output.dense),
+                             (block.norm2, bert.output.LayerNorm)):
+            ours.weight.copy_(theirs.weight)
+            ours.bias.copy_(theirs.bias)
+    _same_output_and_input_gradient(model, bert, torch.randn(2, 6, 16))
 
 
 def test_both_residual_paths_are_present():
@@ -154,10 +306,12 @@ def test_forward_is_deterministic_and_draws_no_randomness():
     assert torch.equal(torch.get_rng_state(), state)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_float64_gradcheck_and_gradgradcheck(causal):
+@pytest.mark.parametrize("causal, norm, activation", [(False, "pre", "gelu"), (True, "pre", "gelu_tanh"),
+                                                      (True, "post", "silu")])
+def test_float64_gradcheck_and_gradgradcheck(causal, norm, activation):
     torch.manual_seed(2)
-    _, block = _module(f"transformer_block(2, causal={causal}, expansion=1)", ("B", 3, 4))
+    source = f"transformer_block(2, causal={causal}, expansion=1, norm={norm!r}, activation={activation!r})"
+    _, block = _module(source, ("B", 3, 4))
     block = block.double()
     _perturb(block)
     names = [name for name, _ in block.named_parameters()]
@@ -186,10 +340,20 @@ def test_direct_construction_checks_divisibility():
     assert error.value.code == "E_CONSTRAINT"
 
 
+@pytest.mark.parametrize("options, field", [({"norm": "middle"}, "norm"), ({"activation": "tanh"}, "activation")])
+def test_direct_construction_checks_the_choices(options, field):
+    with pytest.raises(HNDLError) as error:
+        TransformerBlock(heads=2, D=8, **options)
+    assert error.value.code == "E_ARGUMENT" and error.value.location.field == field
+
+
 @pytest.mark.parametrize("source", ["transformer_block()", "transformer_block(0)", "transformer_block(2.0)",
                                     "transformer_block(2, eps=0)", "transformer_block(2, eps=-1e-5)",
                                     "transformer_block(2, expansion=0)", "transformer_block(2, causal='yes')",
-                                    "transformer_block(2, 4)"])
+                                    "transformer_block(2, 4)", "transformer_block(2, norm='middle')",
+                                    "transformer_block(2, norm=True)", "transformer_block(2, activation='swish')",
+                                    "transformer_block(2, attention_bias=1)", "transformer_block(2, mlp_bias='no')",
+                                    "transformer_block(2, qkv_bias=False)"])
 def test_invalid_arguments_are_argument_errors(source):
     assert _fails(source, ("B", 4, 8), ("B", 4, 8)).code == "E_ARGUMENT"
 

@@ -7,21 +7,35 @@ them to whichever registry opted this pack in.
 from hndl.packs import hookimpl
 
 from .adaptive_avg_pool import AdaptiveAvgPool
+from .adaptive_avg_pool1d import AdaptiveAvgPool1d
 from .adaptive_norm import AdaptiveNorm
 from .avg_pool import AvgPool
+from .avg_pool1d import AvgPool1d
 from .batch_norm import BatchNorm
+from .batch_norm1d import BatchNorm1d
+from .bottleneck import Bottleneck
+from .channel_layer_norm import ChannelLayerNorm
 from .conv import Conv
 from .conv1d import Conv1d
+from .crop import Crop
 from .deconv import Deconv
+from .depthwise_separable_conv import DepthwiseSeparableConv
 from .group_norm import GroupNorm
 from .instance_norm import InstanceNorm
+from .inverted_residual import InvertedResidual
+from .layer_scale import LayerScale
 from .max_pool import MaxPool
+from .max_pool1d import MaxPool1d
 from .residual_block import ResidualBlock
+from .squeeze_excitation import SqueezeExcitation
+from .stochastic_depth import StochasticDepth
 from .upsample import Upsample
 
 OPERATORS = (
     Conv, Deconv, AdaptiveNorm,
     Conv1d, BatchNorm, GroupNorm, InstanceNorm, MaxPool, AvgPool, AdaptiveAvgPool, Upsample, ResidualBlock,
+    BatchNorm1d, MaxPool1d, AvgPool1d, AdaptiveAvgPool1d, Crop, ChannelLayerNorm,
+    SqueezeExcitation, LayerScale, StochasticDepth, DepthwiseSeparableConv, InvertedResidual, Bottleneck,
 )
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+
+from .batch_statistics import one_value_per_channel
 
 
 def _reference(module):
@@ -62,9 +63,7 @@ class BatchNorm(nn.BatchNorm2d):
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=True)
 
     def forward(self, x):
-        # Only a real tensor is checked: tracers (fx proxies, jit.trace) record no Python branch.
-        if self.training and isinstance(x, torch.Tensor) and not torch.jit.is_tracing() \
-                and x.shape[0] * x.shape[2] * x.shape[3] == 1:
+        if one_value_per_channel(self, x):
             raise HNDLError(
                 "E_RUNTIME",
                 f"batch_norm in training mode needs more than one value per channel, got input {list(x.shape)}",

@@ -8,6 +8,7 @@ from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
 
+from .batch_statistics import one_value_per_channel
 from .convolution import SPATIAL_AXES, window_relation
 
 
@@ -106,7 +107,7 @@ class ResidualBlock(nn.Module):
 
     def forward(self, x):
         out = self.conv1(x)
-        if self.training and out.shape[0] * out.shape[2] * out.shape[3] == 1:
+        if one_value_per_channel(self, out):
             raise HNDLError(
                 "E_RUNTIME",
                 f"residual_block in training mode needs more than one value per channel after its first "

@@ -11,8 +11,10 @@ from hndl.packs import installed_packs
 from hndl.torch import build
 
 ALIASES = ("conv", "deconv", "adaptive_norm", "conv1d", "batch_norm", "group_norm", "instance_norm", "max_pool",
-           "avg_pool", "adaptive_avg_pool", "upsample", "residual_block")
-CATEGORIES = {"convolution", "normalization", "pooling", "resampling", "block"}
+           "avg_pool", "adaptive_avg_pool", "upsample", "residual_block", "batch_norm1d", "max_pool1d", "avg_pool1d",
+           "adaptive_avg_pool1d", "crop", "channel_layer_norm", "squeeze_excitation", "layer_scale", "stochastic_depth",
+           "depthwise_separable_conv", "inverted_residual", "bottleneck")
+CATEGORIES = {"convolution", "normalization", "pooling", "resampling", "block", "shape", "regularization"}
 
 
 def test_registered_under_the_entry_point_group():

@@ -1,0 +1,57 @@
+"""max_pool1d@1: the maximum over sliding windows of each channel of a [B, C, L] signal."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+
+from hndl import Arg, Example, operator
+
+from .pooling1d import pool1d_relation, pooling1d_args, validate_padding1d
+
+
+def _reference(module):
+    return lambda x: F.max_pool1d(x, module.kernel_size, module.stride, module.padding, module.dilation)
+
+
+@operator(
+    "max_pool1d",
+    summary="Maximum over sliding windows along the length axis of each channel of a [B, C, L] signal.",
+    shape="x[B, C, L] -> out[B, C, L_out]",
+    relation=pool1d_relation,
+    validate=validate_padding1d,
+    shape_text="Rank 3 read as [B, C, L]; L_out = floor((L + 2p - d(k - 1) - 1) / s + 1), stride defaulting "
+               "to the kernel; inverted as an interval.",
+    args=pooling1d_args(
+        dilation=Arg(int, 1, min=1, positional=False, help="Spacing between the taps of a window along L."),
+    ),
+    category="pooling",
+    examples=(
+        Example("max_pool1d(2)", ("B", 4, 16), ("B", 4, 8), note="Stride defaults to the kernel: halves L = 16."),
+        Example("conv1d(8, kernel_size=16, stride=4)\nbatch_norm1d()\nrelu()\nmax_pool1d(4)", ("B", 1, 160),
+                ("B", 8, 9), note="An M5-style audio stem on [B, C, L]: 160 -> 37 -> 9, no reshape to rank 4."),
+        Example("linear()\nreshape(4)\nmax_pool1d(3, stride=1, padding=1)", ("B", 8), ("B", 4, 6),
+                note="With stride 1 the output fixes the input length: projection width 4 * 6 = 24."),
+    ),
+    reference=_reference,
+)
+class MaxPool1d(nn.MaxPool1d):
+    """Max pooling (torch.nn.MaxPool1d, floor mode) along the length of a `[B, C, L]` signal.
+
+    **Axis order.** max_pool1d reads a rank-3 tensor as a one-dimensional signal
+    `[B, C, L]`: batch, channels, then length, and pools along the last axis, like conv1d.
+    This is *not* the `[B, T, D]` sequence layout that linear, the normalizations and the
+    activations use (there the features are last); rank alone does not name the axes.
+
+    Each output element is the maximum of a `kernel_size` window whose taps are `dilation`
+    apart; windows start every `stride` elements (by default `stride = kernel_size`, so
+    windows tile without overlap). Padding is implicit negative infinity, so it never wins,
+    and may be at most half the kernel. Channels pass through unchanged; the length follows
+    `L_out = floor((L + 2p - d(k - 1) - 1) / s + 1)` (the equation max_pool applies per
+    spatial axis), and an omitted input length is bounded by the interval that produces a
+    known output, fixed once it holds one value (always with stride 1). The gradient flows to
+    the maximal element of each window (the first one on ties). No parameters; identical in
+    train and eval mode."""
+
+    def __init__(self, *, kernel_size: int, stride: int, padding: int = 0, dilation: int = 1) -> None:
+        super().__init__(kernel_size, stride=stride, padding=padding, dilation=dilation)
