@@ -228,7 +228,8 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
     names = graph._input_names
     # Keyword defaults rather than globals: dynamo reads the classes and constants there without
     # walking ``torch``, and the source stays the same for every device.
-    bound: dict[str, Any] = {"Tensor": torch.Tensor, "device": graph._device, "autocast_dtypes": autocast_dtypes}
+    bound: dict[str, Any] = {"Tensor": torch.Tensor, "device": graph._device, "autocast_dtypes": autocast_dtypes,
+                             "any_autocast": _any_autocast}
     arguments = [f"a{index}" for index in range(len(names))]
     header = [
         "def traced(graph, inputs, *, DEFAULTS):",
@@ -248,7 +249,7 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
         "    if not isinstance(a0, Tensor) or a0.dim() == 0:",
         "        fail(graph, '_bind', inputs)",
         "    b = a0.shape[0]",
-        "    loose = autocast_dtypes(device)",
+        "    loose = autocast_dtypes(device) if any_autocast() else ()",
     ]
 
     checked: dict[str, tuple] = {}  # value -> the contract a check already established

@@ -289,6 +289,19 @@ def test_under_autocast_a_non_floating_port_must_still_match_exactly():
     assert error.value.message.startswith("input 'x': expected dtype int64, got int32")
 
 
+def test_a_compiled_network_follows_autocast_in_and_out_without_graph_breaks():
+    model = classifier().eval()
+    twin = handwritten_classifier(model)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    x = images()
+    assert compiled(x).dtype is torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = compiled(x)
+        assert out.dtype is torch.bfloat16
+        torch.testing.assert_close(out, twin(x))
+    torch.testing.assert_close(compiled(x), twin(x))
+
+
 def _amp_step(model, device, dtype, x, y):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler(device)
