@@ -29,32 +29,38 @@ class Facts:
         self._members: dict[int, list[int]] = {}
         self._value: dict[int, int] = {}
         self._reason: dict[int, str] = {}
-        self._origin: dict[int, tuple] = {}  # root -> (var given the value, why, premise vars)
+        self._origin: dict[int, tuple] = {}  # root -> (var given the value, why, premise vars, actor)
         self._bounds: dict[int, tuple[int, int, str]] = {}  # root -> (lo, hi, reason), root units
         self._labels: list[str] = []
-        self._proof: dict[int, tuple[int, str]] = {}  # proof forest: var -> (neighbour, equation)
+        self._proof: dict[int, tuple[int, str, Optional[str]]] = {}  # proof forest: var -> (neighbour, equation, actor)
+        self._ports: set[int] = set()  # the variables that are axes of a tensor (what messages name)
+        #: Who is adding facts now: (name, location keywords) of the node being applied, or None
+        #: for the external contracts. Contradictions blame the node whose fact disagrees with them.
+        self.actor: Optional[tuple[str, dict]] = None
         #: Incremented whenever a fact is added; the solver's fixed-point test reads it.
         self.version = 0
         self.batch = self.new("batch")
 
     # -- variables ------------------------------------------------------------------------
-    def new(self, label: str) -> int:
-        """A fresh, unconstrained variable."""
+    def new(self, label: str, *, port: bool = False) -> int:
+        """A fresh, unconstrained variable; ``port`` marks an axis of a tensor."""
         var = len(self._parent)
         self._parent.append(var)
         self._ratio.append(1)
         self._members[var] = [var]
         self._labels.append(label)
+        if port:
+            self._ports.add(var)
         return var
 
-    def new_known(self, label: str, value: int, reason: str) -> int:
+    def new_known(self, label: str, value: int, reason: str, *, port: bool = False) -> int:
         """A fresh variable that already holds ``value`` (a checked extent, e.g. from a saved plan)."""
         if type(value) is not int or not 0 < value <= self.max_dimension:
             raise HNDLError("E_CONSTRAINT", f"{label} would be {value!r}, not a positive extent", chain=(reason,))
-        var = self.new(label)
+        var = self.new(label, port=port)
         self._value[var] = value
         self._reason[var] = reason
-        self._origin[var] = (var, reason, ())
+        self._origin[var] = (var, reason, (), None)
         self.version += 1
         return var
 
@@ -136,7 +142,7 @@ class Facts:
         if origin is None or root in seen:
             return
         seen.add(root)
-        source, why, premises = origin
+        source, why, premises, _ = origin
         for premise in premises:
             self._explain(premise, steps, seen)
         steps.append(why)
@@ -144,20 +150,24 @@ class Facts:
 
     def connection(self, a: int, b: int) -> tuple[str, ...]:
         """The equations that relate ``a`` to ``b`` in one class: the path between them in the proof forest."""
+        return tuple(dict.fromkeys(why for why, _ in self._path(a, b)))
+
+    def _path(self, a: int, b: int) -> list[tuple[str, Optional[str]]]:
+        """(equation, actor) for each step of the proof-forest path from ``a`` to ``b``."""
         ancestors = {a: 0}
-        reasons_a = []
+        steps_a = []
         node = a
         while node in self._proof:
-            node, why = self._proof[node]
-            reasons_a.append(why)
-            ancestors[node] = len(reasons_a)
-        reasons_b = []
+            node, why, actor = self._proof[node]
+            steps_a.append((why, actor))
+            ancestors[node] = len(steps_a)
+        steps_b = []
         node = b
         while node not in ancestors and node in self._proof:
-            node, why = self._proof[node]
-            reasons_b.append(why)
-        meet = ancestors.get(node, len(reasons_a))
-        return tuple(dict.fromkeys(reasons_a[:meet] + reasons_b[::-1]))
+            node, why, actor = self._proof[node]
+            steps_b.append((why, actor))
+        meet = ancestors.get(node, len(steps_a))
+        return steps_a[:meet] + steps_b[::-1]
 
     def _link_proof(self, a: int, b: int, reason: str) -> None:
         """Record the equation a ~ b: re-root a's proof tree at a, then hang it under b."""
@@ -166,11 +176,11 @@ class Facts:
         while node in self._proof:
             chain.append((node, self._proof[node]))
             node = self._proof[node][0]
-        for child, (parent, why) in chain:
+        for child, _ in chain:
             del self._proof[child]
-        for child, (parent, why) in chain:
-            self._proof[parent] = (child, why)
-        self._proof[a] = (b, reason)
+        for child, (parent, why, actor) in chain:
+            self._proof[parent] = (child, why, actor)
+        self._proof[a] = (b, reason, self.actor[0] if self.actor else None)
 
     def reason(self, var: int) -> Optional[str]:
         """The fact that fixed the value of ``var``'s class, if any."""
@@ -193,9 +203,16 @@ class Facts:
         if root in self._value:
             if self._value[root] != root_value:
                 current = int(ratio * self._value[root])
+                shown = self._shown(root, var)
+                if shown != var:  # name a tensor axis of the class, at the extent the new fact gives it
+                    implied = Fraction(value) * self.find(shown)[1] / ratio
+                    if implied.denominator == 1:
+                        value, current = int(implied), self.value(shown)
+                    else:
+                        shown = var
                 raise HNDLError(
                     code,
-                    f"{self.label(var)} must be {value} but is already {current}",
+                    f"{self.label(shown)} must be {value} but is already {current}",
                     chain=(self._reason[root], reason),
                 )
             return
@@ -203,7 +220,7 @@ class Facts:
         self._check_bounds(root, root_value, reason, code)
         self._value[root] = int(root_value)
         self._reason[root] = reason
-        self._origin[root] = (var, reason, tuple(premises))
+        self._origin[root] = (var, reason, tuple(premises), self.actor)
         self.version += 1
 
     def bound(self, var: int, lo: int, hi: int, reason: str, *, code: str = "E_CONSTRAINT", premises: tuple = ()) -> None:
@@ -267,12 +284,7 @@ class Facts:
             if value_a == link * value_b:
                 return  # two known, agreeing extents: merging would add no information
             if value_a != link * value_b:
-                raise HNDLError(
-                    code,
-                    f"{self.label(a)} is {self.value(a)} but {self.label(b)} is {self.value(b)}"
-                    + ("" if ratio == 1 else f" and must be {ratio} times it"),
-                    chain=(self._reason[root_a], self._reason[root_b], reason),
-                )
+                raise self._disagreement(a, b, ratio, reason, code)
         elif value_a is not None:
             implied = _quotient(value_a, link)
             self._check_members(root_b, implied, f"{self._reason[root_a]}; {reason}", code)
@@ -300,6 +312,61 @@ class Facts:
         if root_a in self._bounds:
             lo, hi, why = self._bounds.pop(root_a)
             self.bound(root_a, lo, hi, why, code=code)
+
+    def _shown(self, root: int, *preferred: int) -> int:
+        """The variable a message names for a class: the first preferred one that is a tensor
+        axis, else the class's first tensor axis, else the first preferred one."""
+        for var in preferred:
+            if var in self._ports:
+                return var
+        for member in self._members[root]:
+            if member in self._ports:
+                return member
+        return preferred[0]
+
+    def _side(self, var: int) -> tuple[int, Optional[tuple]]:
+        """(the variable to name, the origin of the value) for the known class holding ``var``."""
+        root = self.find(var)[0]
+        origin = self._origin.get(root)
+        if origin is None:
+            return self._shown(root, var), None
+        return self._shown(root, origin[0], var), origin
+
+    def _disagreement(self, a: int, b: int, ratio, reason: str, code: str) -> HNDLError:
+        """Two known classes that ``a == ratio * b`` would join disagree.
+
+        The message names a tensor axis on each side with the fact that gave it its value, and
+        the nodes whose equations carry one value to the other. It is located at the node that
+        derived its side when the other side is an external contract: that node's rule is the
+        one the contract contradicts.
+        """
+        (shown_a, origin_a), (shown_b, origin_b) = self._side(a), self._side(b)
+        # value(shown_a) = factor * value(shown_b) is what the new equation would require.
+        factor = Fraction(self.find(shown_a)[1]) * ratio * self.find(b)[1] / (self.find(a)[1] * self.find(shown_b)[1])
+        first, second = (shown_a, origin_a, a), (shown_b, origin_b, b)
+        actor_a = origin_a[3] if origin_a else None
+        actor_b = origin_b[3] if origin_b else None
+        if actor_a is None and actor_b is not None:
+            first, second, factor = second, first, 1 / factor
+        (var_1, origin_1, end_1), (var_2, origin_2, end_2) = first, second
+        path = [*self._path(var_1, end_1), (reason, self.actor[0] if self.actor else None), *self._path(end_2, var_2)]
+        through = tuple(dict.fromkeys(actor for _, actor in path if actor is not None))
+
+        def given(origin):
+            return f" ({origin[1]})" if origin else ""
+
+        relation = "equal" if factor == 1 else f"be {_whole(Fraction(factor))} times"
+        message = (f"{self.label(var_1)} is {self.value(var_1)}{given(origin_1)} but must {relation} "
+                   f"{self.label(var_2)}, which is {self.value(var_2)}{given(origin_2)}")
+        if through:
+            message += f", through the equations of {' and '.join(through)}"
+        steps: list[str] = []
+        for var in (var_1, var_2):
+            self._explain(var, steps, set())
+        steps.extend(equation for equation, _ in path)
+        blamed = [origin[3] for origin in (origin_1, origin_2) if origin and origin[3] is not None]
+        where = blamed[0][1] if len(blamed) == 1 else {}
+        return HNDLError(code, message, chain=tuple(dict.fromkeys(steps)), **where)
 
     def _check_multiples(self, members: list[int], reason: str) -> None:
         """Every variable tied to the batch must be a whole multiple of it, at most max_multiple."""
@@ -371,6 +438,8 @@ class TensorFacts:
         self.label = label
         self.rank: Optional[int] = None
         self.rank_reason: Optional[str] = None
+        #: The supported ranks a rank search found possible, while several remain (for diagnostics).
+        self.rank_options: Optional[tuple[int, ...]] = None
         self.dims: Optional[list[int]] = None
         self.dtype: Optional[str] = None
 
@@ -392,7 +461,7 @@ class TensorFacts:
             )
         self.rank = rank
         self.rank_reason = reason
-        self.dims = [self.facts.new(f"{self.label}[{axis}]") for axis in range(rank)]
+        self.dims = [self.facts.new(f"{self.label}[{axis}]", port=True) for axis in range(rank)]
         self.facts.version += 1
 
     def seed(self, shape: tuple, batch_ratio: int, reason: str) -> None:
@@ -402,9 +471,9 @@ class TensorFacts:
         self.rank = len(shape)
         self.rank_reason = reason
         facts = self.facts
-        batch = facts.new(f"{self.label}[0]")
+        batch = facts.new(f"{self.label}[0]", port=True)
         facts.equate(batch, facts.batch, reason, ratio=batch_ratio)
-        self.dims = [batch, *(facts.new_known(f"{self.label}[{axis}]", extent, reason)
+        self.dims = [batch, *(facts.new_known(f"{self.label}[{axis}]", extent, reason, port=True)
                               for axis, extent in enumerate(shape[1:], start=1))]
         facts.version += 1
 

@@ -38,6 +38,8 @@ class NodeState:
         self.inputs = inputs
         self.outputs = outputs
         self.facts = facts
+        #: How this node signs the facts it adds (Facts.actor), so contradictions can blame it.
+        self.actor = (f"node {node.id} ({node.spec.alias})", node.where())
         self.patterns = _expand_patterns(node.spec, tuple(inputs), tuple(outputs))
         self.symbols: dict[str, int] = {}
         self.batch = facts.new(f"{node.id}.B")

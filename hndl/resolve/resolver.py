@@ -1,21 +1,22 @@
 """The five-step resolution pipeline (§5): author Graph in, immutable ResolvedPlan out.
 
 1. validate the graph and order it; 2. normalize arguments; 3. check edge dtypes and seed the
-external contracts; 4. sweep patterns and relations forward then backward to a fixed point;
+external contracts; 4. sweep patterns and relations forward then backward to a fixed point, and
+settle a rank the sweep left open when only one supported rank contradicts no connected rule;
 5. demand completeness, run finalize hooks and freeze the plan. Nothing here constructs a
 module, allocates a tensor or draws a random number.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, NamedTuple, Union
 
 from ..collector import collector_paused
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
 from ..limits import limits_in_force
 from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan, format_shape
-from .facts import Facts, TensorFacts
+from .facts import SUPPORTED_RANKS, Facts, TensorFacts
 from .normalize import normalize_node
 from .patterns import NodeState, apply_patterns
 from .view import NodeView
@@ -27,16 +28,32 @@ def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
         return _resolve(graph, limits)
 
 
+class _Solved(NamedTuple):
+    """The solver's state after a sweep to the fixed point."""
+
+    facts: Facts
+    tensors: dict[str, TensorFacts]
+    states: list[NodeState]
+
+
 def _resolve(graph: Graph, limits: Mapping[str, int]) -> ResolvedPlan:
     order = execution_order(graph, max_nodes=limits["max_nodes"], max_edges=limits["max_edges"])
+    solved = _settle_ranks(graph, order, limits, _solve(graph, order, limits, {}))
+    return _freeze_plan(graph, solved.states, solved.tensors, solved.facts, limits["max_elements"])
+
+
+def _solve(graph: Graph, order: list, limits: Mapping[str, int], ranks: Mapping[str, tuple[int, str]]) -> _Solved:
+    """Steps 2-4 from scratch, with ``ranks`` (tensor key -> (rank, reason)) asserted after the contracts."""
     contracts = graph.contracts
     facts = Facts(batch_symbol=contracts.batch, max_dimension=limits["max_dimension"])
     tensors = _tensors(graph, facts)
     states = [_node_state(node, tensors, facts) for node in order]
     _check_dtypes(states, tensors, contracts.dtype)
     _seed_contracts(graph, tensors, facts)
+    for key, (rank, reason) in ranks.items():
+        tensors[key].set_rank(rank, reason)
     _sweep(states, limits["max_iterations"])
-    return _freeze_plan(graph, states, tensors, facts, limits["max_elements"])
+    return _Solved(facts, tensors, states)
 
 
 # -- step 1/2: tensors and node states ------------------------------------------------------
@@ -117,6 +134,8 @@ def _sweep(states: list[NodeState], max_iterations: int) -> None:
 
 
 def _apply(state: NodeState) -> None:
+    facts = state.facts
+    facts.actor = state.actor
     try:
         apply_patterns(state)
         if state.spec.relation is not None:
@@ -125,6 +144,8 @@ def _apply(state: NodeState) -> None:
             _merge_relation_args(state, view)
     except HNDLError as error:
         raise error.located(**state.node.where()) from None
+    finally:
+        facts.actor = None
 
 
 def _merge_relation_args(state: NodeState, view: NodeView) -> None:
@@ -149,6 +170,113 @@ def _merge_relation_args(state: NodeState, view: NodeView) -> None:
                 f"({state.origins[name]}) to {value!r}",
                 field=name,
             )
+
+
+# -- step 4b: ranks the sweep left open ------------------------------------------------------
+#: How many trial solves the rank search may run in one resolution (each is one full step 2-4).
+MAX_RANK_TRIALS = 24
+#: The codes that show a trial rank is impossible; any other failure leaves the rank possible.
+CONTRADICTIONS = ("E_CONSTRAINT", "E_RESHAPE")
+
+
+def _settle_ranks(graph: Graph, order: list, limits: Mapping[str, int], solved: _Solved) -> _Solved:
+    """Fix each open rank that only one supported rank can take (§6 reshape; §14 "rank from
+    prefix bounds and connected contracts").
+
+    Operators state which ranks they admit through their patterns and relations, which reject
+    a port of the wrong rank once it is known (a reshape prefix needs a longer output, linear
+    rejects rank 4); they cannot narrow a rank nobody has asserted yet. So for a tensor the
+    sweep left unranked, the solver tries each supported rank in turn and keeps the ranks
+    whose sweep does not contradict. A single survivor is a consequence of the facts, not a
+    guess, and its trial state is the one kept. Several survivors are left for the completeness
+    check to report, with the ranks that fit; tensors whose rank every surviving trial fixed
+    follow the tried one and are not tried again in that pass. Specifications whose ranks the
+    sweep settles never come here, so their plans are unchanged.
+    """
+    trials = 0
+    ranks: dict[str, tuple[int, str]] = {}
+    while True:
+        settled = False
+        followers: set[str] = set()
+        for key in [key for key, tensor in solved.tensors.items() if tensor.rank is None]:
+            tensor = solved.tensors[key]
+            if tensor.rank is not None or key in followers:
+                continue
+            if trials + len(SUPPORTED_RANKS) > MAX_RANK_TRIALS:
+                return solved
+            trials += len(SUPPORTED_RANKS)
+            outcomes = {
+                rank: _trial(graph, order, limits, {**ranks, key: (rank, f"{tensor.label} tried at rank {rank}")})
+                for rank in SUPPORTED_RANKS
+            }
+            fitting = [rank for rank, outcome in outcomes.items() if not _contradicted(outcome)]
+            if not fitting:
+                raise _no_rank(solved, key, outcomes)
+            if len(fitting) == 1:
+                rank = fitting[0]
+                outcome = outcomes[rank]
+                if isinstance(outcome, HNDLError):
+                    raise outcome
+                reason = _only_rank_reason(tensor.label, rank, outcomes)
+                ranks[key] = (rank, reason)
+                outcome.tensors[key].rank_reason = reason
+                solved, settled = outcome, True
+                continue
+            tensor.rank_options = tuple(fitting)
+            states = [outcomes[rank] for rank in fitting]
+            if all(isinstance(state, _Solved) for state in states):
+                for other, was in solved.tensors.items():
+                    if was.rank is None and all(state.tensors[other].rank is not None for state in states):
+                        followers.add(other)
+                        options = tuple(sorted({state.tensors[other].rank for state in states}))
+                        was.rank_options = options if len(options) > 1 else None
+        if not settled:
+            return solved
+
+
+def _trial(graph: Graph, order: list, limits: Mapping[str, int], ranks) -> Union[_Solved, HNDLError]:
+    try:
+        return _solve(graph, order, limits, ranks)
+    except HNDLError as error:
+        return error
+
+
+def _contradicted(outcome: Union[_Solved, HNDLError]) -> bool:
+    return isinstance(outcome, HNDLError) and outcome.code in CONTRADICTIONS
+
+
+def _ranks_text(ranks) -> str:
+    ranks = [str(rank) for rank in ranks]
+    return ranks[0] if len(ranks) == 1 else f"{', '.join(ranks[:-1])} and {ranks[-1]}"
+
+
+def _only_rank_reason(label: str, rank: int, outcomes: dict) -> str:
+    refuted = "; ".join(
+        f"rank {other}: {outcome.message}" for other, outcome in outcomes.items() if other != rank
+    )
+    return f"{label} has rank {rank}, the only supported rank that contradicts no connected rule ({refuted})"
+
+
+def _no_rank(solved: _Solved, key: str, outcomes: dict) -> HNDLError:
+    """Every supported rank contradicts: the specification has no plan."""
+    tensor = solved.tensors[key]
+    where = next(
+        ({**state.node.where(), "field": port} for state in solved.states
+         for port, output in state.outputs.items() if output is tensor),
+        {},
+    )
+    return HNDLError(
+        "E_CONSTRAINT",
+        f"{tensor.label} fits none of the supported ranks {_ranks_text(SUPPORTED_RANKS)}: "
+        f"each contradicts a connected rule",
+        **where,
+        chain=tuple(
+            f"at rank {rank}: {outcome.message}" + (f" ({outcome.location})" if str(outcome.location) else "")
+            for rank, outcome in outcomes.items()
+        ),
+        remedies=(f"Change a literal, an operator or a contract so that one rank satisfies every rule "
+                  f"connected to {tensor.label}.",),
+    )
 
 
 # -- step 5: completeness and the frozen plan ----------------------------------------------------
@@ -202,23 +330,35 @@ def _require_complete(states: list[NodeState]) -> None:
         f"inference through it is unavailable"
         for other, other_port, _ in open_ports if other.spec.opaque and other_port in other.inputs
     ))
+    remedies = []
+    if state.tensor(port).rank is None:
+        remedies.append(
+            f"Fix the rank of {state.tensor(port).label}: give every non-batch axis where it is made "
+            f"(the full shape in a reshape; three entries fix rank 4), or connect it to an operator or "
+            f"a contract of one rank."
+        )
+    if state.tensor(port).rank is not None or any(tensor.rank is not None for _, _, tensor in open_ports):
+        remedies.append(
+            "Give the missing width or channel count explicitly on this node or a neighbour, "
+            "or constrain it through an output contract."
+        )
     raise HNDLError(
         "E_AMBIGUOUS",
         f"{state.spec.alias} port {port!r} is not determined: {shown}",
         **state.node.where(),
         field=port,
         chain=others,
-        remedies=(
-            "Give the missing width or channel count explicitly on this node or a neighbour, "
-            "or constrain it through an output contract.",
-        ),
+        remedies=tuple(remedies),
     )
 
 
 def _describe_open(tensor: TensorFacts) -> str:
     shape = tensor.shape()
     if shape is None:
-        return "of unknown rank (several ranks remain possible)"
+        options = tensor.rank_options
+        if options is None:
+            return "of unknown rank (several ranks remain possible)"
+        return f"of unknown rank: ranks {_ranks_text(options)} {'both' if len(options) == 2 else 'all'} fit its connected rules"
     return format_shape([_unknown(tensor.facts, var) if entry is None else entry for var, entry in zip(tensor.dims, shape)])
 
 
