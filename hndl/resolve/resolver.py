@@ -334,8 +334,7 @@ def _require_complete(states: list[NodeState]) -> None:
     if state.tensor(port).rank is None:
         remedies.append(
             f"Fix the rank of {state.tensor(port).label}: give every non-batch axis where it is made "
-            f"(the full shape in a reshape; three entries fix rank 4), or connect it to an operator or "
-            f"a contract of one rank."
+            f"(one entry per axis of a shape argument), or connect it to an operator or a contract of one rank."
         )
     if state.tensor(port).rank is not None or any(tensor.rank is not None for _, _, tensor in open_ports):
         remedies.append(

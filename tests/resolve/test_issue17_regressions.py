@@ -37,8 +37,8 @@ def test_a_genuinely_ambiguous_rank_names_the_ranks_that_fit_and_how_to_fix_the_
     assert error.message == ("reshape port 'out' is not determined: of unknown rank: "
                              "ranks 3 and 4 both fit its connected rules")
     assert error.remedies == (
-        "Fix the rank of n0.out: give every non-batch axis where it is made (the full shape in a reshape; "
-        "three entries fix rank 4), or connect it to an operator or a contract of one rank.",
+        "Fix the rank of n0.out: give every non-batch axis where it is made (one entry per axis of a shape "
+        "argument), or connect it to an operator or a contract of one rank.",
     )
     assert not any("width" in remedy for remedy in error.remedies)  # a width cannot fix a rank
 

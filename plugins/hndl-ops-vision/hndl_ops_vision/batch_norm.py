@@ -7,17 +7,7 @@ from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
 
-from .batch_statistics import one_value_per_channel
-
-
-def _reference(module):
-    """F.batch_norm on copies of the running statistics, so the check never moves them."""
-
-    def forward(x):
-        return F.batch_norm(x, module.running_mean.clone(), module.running_var.clone(), module.weight, module.bias,
-                            training=module.training, momentum=module.momentum, eps=module.eps)
-
-    return forward
+from .batch_statistics import TRAIN_REMEDY, batch_norm_reference, one_value_per_channel
 
 
 @operator(
@@ -42,7 +32,7 @@ def _reference(module):
         Example("batch_norm(momentum=0.01, affine=False)", ("B", 4, 5, 5), ("B", 4, 5, 5),
                 note="No learned affine; the running statistics move slowly."),
     ),
-    reference=_reference,
+    reference=batch_norm_reference,
 )
 class BatchNorm(nn.BatchNorm2d):
     """Batch normalization (torch.nn.BatchNorm2d) of a `[B, C, H, W]` tensor.
@@ -67,7 +57,7 @@ class BatchNorm(nn.BatchNorm2d):
             raise HNDLError(
                 "E_RUNTIME",
                 f"batch_norm in training mode needs more than one value per channel, got input {list(x.shape)}",
-                remedies=("Train with a batch of at least two examples, or call model.eval().",),
+                remedies=(TRAIN_REMEDY,),
             )
         # nn.BatchNorm2d.forward for this configuration (running statistics always tracked, a
         # float momentum), minus its rank test: the plan fixes the rank, and fx's symbolic tracer

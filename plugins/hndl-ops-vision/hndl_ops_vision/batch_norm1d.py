@@ -7,8 +7,7 @@ from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
 
-from .batch_norm import _reference
-from .batch_statistics import one_value_per_channel
+from .batch_statistics import batch_norm_reference, one_value_per_channel
 
 
 @operator(
@@ -33,7 +32,7 @@ from .batch_statistics import one_value_per_channel
         Example("conv1d(kernel_size=1)\nbatch_norm1d(momentum=0.01, affine=False)", ("B", 3, 10), ("B", 5, 10),
                 note="num_features and the convolution's out_channels 5 are inferred backward from the contract."),
     ),
-    reference=_reference,
+    reference=batch_norm_reference,
 )
 class BatchNorm1d(nn.BatchNorm1d):
     """Batch normalization (torch.nn.BatchNorm1d) of a `[B, C, L]` signal.

@@ -1,8 +1,7 @@
 """Pieces shared by the composite CNN blocks of this pack (squeeze_excitation,
 depthwise_separable_conv, inverted_residual, bottleneck): the named activations and gates a
-block may be asked for, a batch norm for handwritten references that leaves the running
-statistics alone, and the training-mode check that every batch norm inside a block has more
-than one value per channel.
+block may be asked for, and its padding rule. The batch-statistics rules live in
+``batch_statistics``.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hndl import HNDLError
 
 #: Activations a block accepts by name; every one is out-of-place.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -50,26 +48,3 @@ def same_padding(kernel: int, dilation: int = 1) -> int:
     return (kernel - 1) // 2 * dilation
 
 
-def reference_batch_norm(x: torch.Tensor, norm: nn.BatchNorm2d) -> torch.Tensor:
-    """F.batch_norm on copies of the running statistics, so a reference call never moves them."""
-    return F.batch_norm(x, norm.running_mean.clone(), norm.running_var.clone(), norm.weight, norm.bias,
-                        training=norm.training, momentum=norm.momentum, eps=norm.eps)
-
-
-def check_batch_variance(module: nn.Module, x: torch.Tensor, spatial: Callable[[int, int], tuple[int, int]],
-                         alias: str) -> None:
-    """In training mode, fail with E_RUNTIME before anything runs when the smallest batch norm
-    of the block would see one value per channel (``B * H * W == 1``, where ``spatial`` maps
-    the input's H, W to that norm's), instead of letting torch raise a ValueError halfway
-    through, after earlier norms moved their running statistics. Tracers record no Python
-    branch, so only a real tensor is checked."""
-    if not module.training or not isinstance(x, torch.Tensor) or torch.jit.is_tracing():
-        return
-    height, width = spatial(x.shape[2], x.shape[3])
-    if x.shape[0] * height * width == 1:
-        raise HNDLError(
-            "E_RUNTIME",
-            f"{alias} in training mode needs more than one value per channel in every batch norm, but input "
-            f"{list(x.shape)} leaves one at spatial size {height} x {width}",
-            remedies=("Train with a batch of at least two examples, or call model.eval().",),
-        )

@@ -8,7 +8,7 @@ from torch import nn
 
 from hndl import Arg, Example, operator
 
-from .block_parts import check_batch_variance, reference_batch_norm
+from .batch_statistics import check_batch_variance, reference_batch_norm
 from .convolution import SPATIAL_AXES, window_relation
 
 

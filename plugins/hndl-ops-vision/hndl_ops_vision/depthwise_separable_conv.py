@@ -8,7 +8,8 @@ from torch import nn
 
 from hndl import Arg, Example, operator
 
-from .block_parts import ACTIVATIONS, check_batch_variance, reference_batch_norm, same_padding
+from .batch_statistics import check_batch_variance, reference_batch_norm
+from .block_parts import ACTIVATIONS, same_padding
 from .convolution import SPATIAL_AXES, conv_output, window_relation
 
 #: Activation names accepted after each stage; "none" leaves the stages linear.

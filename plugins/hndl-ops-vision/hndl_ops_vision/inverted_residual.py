@@ -8,8 +8,8 @@ from torch import nn
 
 from hndl import Arg, Example, operator
 
-from .block_parts import ACTIVATION_MODULES, ACTIVATIONS, GATES, check_batch_variance, reference_batch_norm, \
-    same_padding
+from .batch_statistics import check_batch_variance, reference_batch_norm
+from .block_parts import ACTIVATION_MODULES, ACTIVATIONS, GATES, same_padding
 from .convolution import SPATIAL_AXES, conv_output, window_relation
 from .squeeze_excitation import SqueezeExcitation
 

@@ -8,7 +8,7 @@ from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
 
-from .batch_statistics import one_value_per_channel
+from .batch_statistics import TRAIN_REMEDY, one_value_per_channel, reference_batch_norm
 from .convolution import SPATIAL_AXES, window_relation
 
 
@@ -19,25 +19,19 @@ def _relation(s) -> None:
     window_relation(s, ((axis, 3, stride, 1, 1) for axis in SPATIAL_AXES))
 
 
-def _batch_norm(x, norm):
-    """F.batch_norm on copies of the running statistics, so a reference call never moves them."""
-    return F.batch_norm(x, norm.running_mean.clone(), norm.running_var.clone(), norm.weight, norm.bias,
-                        training=norm.training, momentum=norm.momentum, eps=norm.eps)
-
-
 def _reference(module):
     """The basic block written out with torch.nn.functional over the module's own parameters."""
     stride = module.stride
 
     def forward(x):
         out = F.conv2d(x, module.conv1.weight, None, stride, 1)
-        out = torch.relu(_batch_norm(out, module.bn1))
-        out = _batch_norm(F.conv2d(out, module.conv2.weight, None, 1, 1), module.bn2)
+        out = torch.relu(reference_batch_norm(out, module.bn1))
+        out = reference_batch_norm(F.conv2d(out, module.conv2.weight, None, 1, 1), module.bn2)
         if module.downsample is None:
             skip = x
         else:
             projection, norm = module.downsample
-            skip = _batch_norm(F.conv2d(x, projection.weight, None, stride, 0), norm)
+            skip = reference_batch_norm(F.conv2d(x, projection.weight, None, stride, 0), norm)
         return torch.relu(out + skip)
 
     return forward
@@ -112,7 +106,7 @@ class ResidualBlock(nn.Module):
                 "E_RUNTIME",
                 f"residual_block in training mode needs more than one value per channel after its first "
                 f"convolution, got {list(out.shape)}",
-                remedies=("Train with a batch of at least two examples, or call model.eval().",),
+                remedies=(TRAIN_REMEDY,),
             )
         out = torch.relu(self.bn1(out))
         out = self.bn2(self.conv2(out))
