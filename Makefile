@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hndl-installed
+#: The headless browser the docs-site test (tests/docs/test_site_in_browser.py) looks at pages with.
+CHROMIUM := /usr/bin/chromium
 PACKS := plugins/hndl-ops-basic plugins/hndl-ops-vision plugins/hndl-ops-transformer plugins/hndl-pretrained
 
 export HF_HUB_OFFLINE := 1
@@ -21,7 +23,12 @@ $(STAMP): $(PY) pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PAC
 
 install: $(STAMP)
 
-test: install
+# Installed once (a file target: skipped when present), quietly, from the distribution's archive.
+$(CHROMIUM):
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: install $(CHROMIUM)
 	$(PY) -m pytest -q
 	$(PY) -m hndl.docs --check
 	$(PY) -m sphinx -W --keep-going -E -q -b html docs docs/_build/html

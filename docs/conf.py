@@ -17,7 +17,7 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
-    "sphinxcontrib.mermaid",
+    "sphinx.ext.graphviz",
     "hndl.sphinx",
 ]
 
@@ -27,15 +27,13 @@ source_suffix = {".md": "markdown"}
 # copy hndl.sphinx generates under _generated/ so that every installed pack appears.
 exclude_patterns = ["_build", "operators"]
 
-# Markdown: ```mermaid fences become the sphinxcontrib-mermaid directive.
 myst_enable_extensions = ["colon_fence", "deflist"]
-myst_fence_as_directive = ["mermaid"]
 myst_heading_anchors = 3
 
-# Diagrams render in the reader's browser (sphinxcontrib-mermaid loads mermaid.js); size each
-# to its content rather than to a fixed 500px box.
-mermaid_height = "auto"
-mermaid_init_config = {"startOnLoad": False, "flowchart": {"useMaxWidth": False}}
+# Diagrams ({graphviz} DOT blocks, plan diagrams) are drawn to SVG files when the site is built,
+# by the graphviz-pure wheel HNDL depends on (hndl.sphinx points graphviz_dot at it; a system
+# `dot` is the fallback): no network and no JavaScript when a page is read.
+graphviz_output_format = "svg"
 
 # The API reference documents exactly the public names, in source order.
 autodoc_member_order = "bysource"

@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from .errors import HNDLError
 

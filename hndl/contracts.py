@@ -66,6 +66,7 @@ def parse_contracts(
     max_dimension: int = 2**31 - 1,
 ) -> Contracts:
     """Validate the contract keywords every frontend accepts, returning ``Contracts``."""
+    dtype = dtype_name(dtype)
     if dtype not in COMPUTE_DTYPES:
         raise HNDLError(
             "E_SCHEMA",
@@ -97,6 +98,19 @@ def parse_contracts(
         dtype=dtype,
         batch=next(iter(batch_symbols)),
     )
+
+
+def dtype_name(value: Any) -> Any:
+    """The name of a torch dtype object (``torch.long`` -> ``"int64"``); any other value unchanged.
+
+    PyTorch users write dtype objects; they mean exactly the dtype of the same name, so they lead
+    to the same plan. torch is recognised by the type's module and never imported here.
+    """
+    kind = type(value)
+    if kind.__module__ == "torch" and kind.__name__ == "dtype":
+        text = str(value)
+        return text[len("torch."):] if text.startswith("torch.") else text
+    return value
 
 
 def _named(contract: Any, field: str, default_name: str, aliases: Collection[str]) -> dict[str, Any]:
@@ -135,6 +149,14 @@ def _shape(shape: Any, field: str, max_dimension: int) -> tuple:
     if not isinstance(shape, (tuple, list)):
         raise HNDLError("E_SCHEMA", f"{field} must be a tuple of dimensions, not {shown(shape)}", field=field)
     entries = tuple(shape)
+    if len(entries) == 1:
+        raise HNDLError(
+            "E_SCHEMA",
+            f"{field} has rank 1; axis 0 must be the batch symbol such as 'B', followed by the "
+            "extents of one example",
+            field=field,
+            remedies=(_batch_first(entries[0]),),
+        )
     if len(entries) not in (2, 3, 4):
         raise HNDLError(
             "E_SCHEMA",
@@ -169,7 +191,16 @@ def _shape(shape: Any, field: str, max_dimension: int) -> tuple:
     return entries
 
 
+def _batch_first(entry: Any) -> str:
+    """The rank-1 remedy: put the batch symbol in front of the one extent given (or after it)."""
+    if isinstance(entry, str) and entry.isidentifier():
+        return f"Give the extents of one example after the batch symbol, e.g. ({entry!r}, 128)."
+    example = shown(entry) if type(entry) is int and entry > 0 else "128"
+    return f"The batch symbol comes first: write ('B', {example}), not ({shown(entry)},)."
+
+
 def _input_dtypes(input_dtype: Any, names: list[str], dtype: str) -> dict[str, str]:
+    input_dtype = dtype_name(input_dtype)
     if input_dtype is None:
         chosen = {}
     elif isinstance(input_dtype, str):
@@ -187,7 +218,7 @@ def _input_dtypes(input_dtype: Any, names: list[str], dtype: str) -> dict[str, s
         raise HNDLError("E_SCHEMA", f"input_dtype must be a dtype name or a mapping, not {shown(input_dtype)}", field="input_dtype")
     result = {}
     for name in names:
-        value = chosen.get(name, dtype)
+        value = dtype_name(chosen.get(name, dtype))
         if value not in COMPUTE_DTYPES + INTEGER_DTYPES:
             raise HNDLError(
                 "E_SCHEMA",

@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .plan import ResolvedPlan, shape_table, thaw
+from .plan_tables import shape_table
+from .plan_values import thaw
 
 NODE_FIELDS = ("op", "inputs", "outputs", "input_shapes", "output_shapes", "initialization", "trainability")
 
@@ -21,7 +22,8 @@ def _text(value: Any) -> str:
     return json.dumps(thaw(value), sort_keys=True, ensure_ascii=False)
 
 
-def describe(plan: ResolvedPlan) -> str:
+def describe(plan) -> str:
+    """The text of ``ResolvedPlan.describe()`` for ``plan``."""
     lines = [shape_table(plan), "", f"semantic digest: {plan.semantic_digest}"]
     for node in plan.nodes:
         lines.append(f"node {node.id} ({node.op})")
@@ -73,7 +75,8 @@ class PlanDiff(tuple):
         return "\n".join(str(change) for change in self) if self else "no differences"
 
 
-def diff(plan: ResolvedPlan, other: ResolvedPlan) -> PlanDiff:
+def diff(plan, other) -> PlanDiff:
+    """The changes from ``plan`` to ``other`` (two ResolvedPlans), as ``ResolvedPlan.diff`` returns them."""
     changes = []
     for field, value, other_value in (
         ("dtype", plan.dtype, other.dtype),

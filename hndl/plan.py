@@ -1,4 +1,4 @@
-"""ResolvedPlan: the immutable, concrete result of resolution, and its shape tables.
+"""ResolvedPlan: the immutable, concrete result of resolution.
 
 A plan holds nothing executable: exact operator identities, concrete arguments and port
 shapes, construction records, and per-node source and provenance. Printing a plan shows the
@@ -7,41 +7,22 @@ same table ``print(model)`` shows, without a backend.
 
 from __future__ import annotations
 
-from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
-SCHEMA_VERSION = 1
-RESOLUTION_VERSION = 1
-
-
-def freeze(value: Any) -> Any:
-    """A deeply read-only copy: dicts become mapping proxies, lists become tuples."""
-    kind = type(value)
-    if kind in SCALARS or id(value) in _CONSTANTS:
-        return value
-    if kind is tuple or kind is list:
-        if kind is tuple and all(type(item) in SCALARS for item in value):
-            return value
-        return tuple(freeze(item) for item in value)
-    if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
-        return MappingProxyType({key: freeze(item) for key, item in value.items()})
-    return value
-
-
-SCALARS = frozenset({str, int, float, bool, type(None)})
-_CONSTANTS: set[int] = set()
-
-
-def frozen_constant(value: Any) -> Any:
-    """Freeze a module-level constant once, so plans can share it instead of copying it."""
-    frozen = freeze(value)
-    _CONSTANTS.add(id(frozen))
-    return frozen
-
-
-#: The construction records of a node without init= or trainable= (§11), shared by every plan.
-DEFAULT_INITIALIZATION = frozen_constant({"kind": "torch_default@1", "overrides": {}})
-DEFAULT_TRAINABILITY = frozen_constant({"default": None, "overrides": {}})
+from . import inspection, plan_encoding, plan_restoration
+from .drawing.notebook import diagram_html
+from .plan_values import (  # noqa: F401  (re-exported: the plan's values, part of its module's surface)
+    DEFAULT_INITIALIZATION,
+    DEFAULT_TRAINABILITY,
+    RESOLUTION_VERSION,
+    SCALARS,
+    SCHEMA_VERSION,
+    freeze,
+    frozen_constant,
+    thaw,
+)
+from .plan_tables import header, is_unary_chain, shape_table  # noqa: F401  (re-exported)
+from .shape_text import format_shape  # noqa: F401  (re-exported)
 
 
 class _Frozen:
@@ -67,21 +48,6 @@ class _Frozen:
 
     def __reduce__(self):
         return (_thaw, (type(self), {name: thaw(getattr(self, name)) for name in self.__slots__}))
-
-
-def thaw(value: Any) -> Any:
-    """The plain-data form of frozen plan values: mapping proxies become dicts, tuples stay.
-
-    Used to compare, pickle, encode and print plan records; other objects pass unchanged.
-    """
-    kind = type(value)
-    if kind in SCALARS:
-        return value
-    if kind is tuple or kind is list:
-        return tuple(thaw(item) for item in value)
-    if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
-        return {key: thaw(item) for key, item in value.items()}
-    return value
 
 
 def _thaw(cls: type, fields: dict) -> Any:
@@ -177,39 +143,29 @@ class ResolvedPlan(_Frozen):
                 return node
         raise KeyError(node_id)
 
-    # -- persistence and inspection (§10, §13) ----------------------------------------------
+    # -- persistence and inspection (§10, §13): thin methods over the modules below the plan --
     def to_json(self) -> str:
         """Canonical JSON with semantic and artifact digests (see ``hndl.persist``)."""
-        from .persist import to_json
-
-        return to_json(self)
+        return plan_encoding.to_json(self)
 
     @classmethod
     def from_json(cls, text: str, *, registry=None, limits=None) -> "ResolvedPlan":
         """Restore a saved plan: format, versions, digests, then every concrete equation."""
-        from .persist import from_json
-
-        return from_json(text, registry=registry, limits=limits)
+        return plan_restoration.restore(text, plan_type=cls, node_type=PlanNode, registry=registry, limits=limits)
 
     @property
     def semantic_digest(self) -> str:
         """SHA-256 of the concrete graph, independent of frontend, locations and explanations."""
-        from .persist import semantic_digest
-
-        return semantic_digest(self)
+        return plan_encoding.semantic_digest(self)
 
     def describe(self) -> str:
         """The shape table, the semantic digest, and per node its argument provenance and
         initialization/trainability records, enough to explain a changed field."""
-        from .inspection import describe
-
-        return describe(self)
+        return inspection.describe(self)
 
     def diff(self, other: "ResolvedPlan") -> tuple:
         """The nodes and fields that differ from ``other``, each with the origin of both values."""
-        from .inspection import diff
-
-        return diff(self, other)
+        return inspection.diff(self, other)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ResolvedPlan) and all(
@@ -222,65 +178,6 @@ class ResolvedPlan(_Frozen):
     def __repr__(self) -> str:
         return shape_table(self)
 
-
-# -- shape tables ---------------------------------------------------------------------------
-def format_shape(shape: tuple) -> str:
-    return "[" + ", ".join(str(entry) for entry in shape) + "]"
-
-
-def is_unary_chain(plan: ResolvedPlan) -> bool:
-    """One input, one output, and every node reads exactly the previous node's only output."""
-    if len(plan.inputs) != 1 or len(plan.outputs) != 1 or not plan.nodes:
-        return False
-    previous = f"input:{plan.inputs[0]['name']}"
-    for node in plan.nodes:
-        if len(node.inputs) != 1 or len(node.outputs) != 1:
-            return False
-        (ref,) = node.inputs.values()
-        if ref != previous:
-            return False
-        previous = f"node:{node.id}/{node.outputs[0]}"
-    return plan.output_ref == previous
-
-
-def header(plan: ResolvedPlan) -> str:
-    """``Network: <inputs> -> <outputs>  dtype=...`` as §7 prints it."""
-    differing = [port for port in plan.inputs if port["dtype"] != plan.dtype]
-    if len(plan.inputs) == 1 and len(plan.outputs) == 1 and plan.inputs[0]["name"] == "x" and plan.outputs[0]["name"] == "output":
-        text = f"Network: {format_shape(plan.input_shape)} -> {format_shape(plan.output_shape)}  dtype={plan.dtype}"
-        if differing:
-            text += f"  input_dtype={differing[0]['dtype']}"
-        return text
-    ins = ", ".join(f"{port['name']}={format_shape(port['shape'])}" for port in plan.inputs)
-    outs = ", ".join(f"{port['name']}={format_shape(port['shape'])}" for port in plan.outputs)
-    text = f"Network: {ins} -> {outs} dtype={plan.dtype}"
-    if differing:
-        text += " input_dtype=" + ",".join(f"{port['name']}:{port['dtype']}" for port in differing)
-    return text
-
-
-def shape_table(plan: ResolvedPlan) -> str:
-    """The header plus one aligned row per node (§7 "print(model)")."""
-    if is_unary_chain(plan):
-        rows = [["index", "name", "operation", "input shape", "output shape"]]
-        for index, node in enumerate(plan.nodes):
-            rows.append([
-                str(index), node.id, node.alias,
-                format_shape(next(iter(node.input_shapes.values()))),
-                format_shape(next(iter(node.output_shapes.values()))),
-            ])
-    else:
-        rows = [["name", "operation", "inputs", "outputs"]]
-        for node in plan.nodes:
-            ins = ", ".join(
-                f"{port}={format_shape(node.input_shapes[port])} <- {ref}" for port, ref in node.inputs.items()
-            )
-            outs = ", ".join(f"{port}={format_shape(node.output_shapes[port])}" for port in node.outputs)
-            rows.append([node.id, node.alias, ins, outs])
-        if not plan.nodes:
-            rows.append(["(identity)", "", "", ""])
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = [header(plan)]
-    for row in rows:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    return "\n".join(lines)
+    def _repr_html_(self) -> str:
+        """Jupyter: the plan's diagram (SVG) above its shape table; the table alone when drawing fails."""
+        return diagram_html(self, shape_table(self))

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 from .declaration import OperatorSpec, operator as declare_operator, spec_of
 from .errors import HNDLError
 from .packs import installed_first_party, load_packs
+from .suggestions import operator_remedies
 
 
 class Registry:
@@ -38,8 +39,26 @@ class Registry:
 
     @classmethod
     def builtins(cls) -> "Registry":
-        """A fresh registry holding every installed first-party pack."""
-        return cls.from_packs(*installed_first_party())
+        """A fresh registry holding every installed first-party pack.
+
+        Loading the packs runs once per set of installed packs; every call copies that
+        registry's tables (declarations and providers are immutable), so each caller still
+        gets an independent registry to add to.
+        """
+        names = installed_first_party()
+        template = _BUILTINS.get(names)
+        if template is None or type(template) is not cls:
+            template = _BUILTINS[names] = cls.from_packs(*names)
+        return template._copy()
+
+    def _copy(self) -> "Registry":
+        copy = type(self)()
+        copy._by_alias = dict(self._by_alias)
+        copy._by_identity = dict(self._by_identity)
+        copy._providers = dict(self._providers)
+        copy._readouts = {name: dict(readouts) for name, readouts in self._readouts.items()}
+        copy._packs = self._packs
+        return copy
 
     @property
     def packs(self) -> tuple[str, ...]:
@@ -86,8 +105,8 @@ class Registry:
             raise HNDLError(
                 "E_OPERATOR",
                 f"operator {alias!r} is not in this registry",
-                remedies=(
-                    "Register the operator on the registry you resolve with, "
+                remedies=operator_remedies(
+                    alias, self, "Register the operator on the registry you resolve with, "
                     "or opt its pack in with Registry.from_packs(...).",
                 ),
             ) from None
@@ -178,6 +197,9 @@ class Registry:
         self.provider(provider)
         return MappingProxyType(self._readouts[provider])
 
+
+#: Pack names -> the registry they loaded into, copied by ``Registry.builtins``.
+_BUILTINS: dict[tuple[str, ...], Registry] = {}
 
 _ACTIVE: ContextVar[Optional["Registry"]] = ContextVar("hndl_active_registry", default=None)
 

@@ -8,13 +8,20 @@ every pack registered under the ``hndl.packs`` entry-point group (or for
 ``hndl_catalog_packs`` when set), and writes the pages under ``hndl_catalog_dir`` (default
 ``_generated/operators``) in the source directory. Only changed pages are rewritten and pages
 of packs no longer installed are removed, so incremental builds stay incremental. Include
-``<hndl_catalog_dir>/index`` in a toctree: when Sphinx reads that index, the extension appends
-a hidden toctree listing every operator page, so a newly installed third-party pack appears in
-the navigation without editing any page. The files on disk stay byte-for-byte what
-``python -m hndl.docs`` writes.
+``<hndl_catalog_dir>/index`` in a toctree: when Sphinx reads the index and each pack's page,
+the extension appends a hidden toctree (:func:`hndl.docs.catalog.catalog_toctrees`), so the
+navigation groups operators by pack and a newly installed third-party pack appears in it
+without editing any page. The files on disk stay byte-for-byte what ``python -m hndl.docs``
+writes.
+
+**Diagrams.** Plan diagrams are Graphviz DOT (``{graphviz}`` blocks), drawn when the site is
+built: the extension loads ``sphinx.ext.graphviz`` and, when ``graphviz_dot`` is left at its
+default, points it at the program :func:`hndl.drawing.graphviz.graphviz_program` finds (the
+``graphviz-pure`` wheel HNDL depends on, else a system ``dot``). Set
+``graphviz_output_format = "svg"`` for vector pictures; nothing is fetched when a page is read.
 
 **Worked examples.** ``hndl-plan`` resolves its content (configuration text) at build time and
-shows the source, the resolved shape table and a Mermaid diagram of the plan::
+shows the source, the resolved shape table and a diagram of the plan::
 
     ```{hndl-plan}
     :input-shape: ("B", 128)
@@ -41,11 +48,13 @@ from typing import Any
 
 from docutils import nodes
 from docutils.parsers.rst import directives
+from sphinx.ext.graphviz import Graphviz
 from sphinx.util.docutils import SphinxDirective
 
-from .docs.catalog import INDEX, all_packs, catalog_pages
+from .docs.catalog import all_packs, catalog_pages, catalog_toctrees, diagram_alt
 from .docs.files import write_pages
-from .docs.diagram import mermaid
+from .drawing.dot import plan_dot
+from .drawing.graphviz import graphviz_program
 from .errors import CODES, HNDLError
 from .frontends.pipeline import resolve
 from .packs import split_pack_names
@@ -74,15 +83,24 @@ def generate_catalog(app: Any) -> None:
     app.hndl_catalog_pages = tuple(pages)
 
 
-def _index_toctree(app: Any, docname: str, source: list[str]) -> None:
-    """``source-read``: give the generated index a hidden toctree over every operator page."""
-    if docname != str(_directory(app) / PurePosixPath(INDEX).stem):
+def _catalog_toctree(app: Any, docname: str, source: list[str]) -> None:
+    """``source-read``: give the catalog index a hidden toctree over the pack pages, and each pack
+    page one over its operators, so the navigation reads catalog -> pack -> operator."""
+    directory = _directory(app)
+    if not PurePosixPath(docname).is_relative_to(directory):
         return
-    pages = [PurePosixPath(path).with_suffix("").as_posix()
-             for path in getattr(app, "hndl_catalog_pages", ()) if path != INDEX]
-    if pages:
-        entries = "\n".join(pages)
-        source[0] = source[0].rstrip("\n") + f"\n\n```{{toctree}}\n:hidden:\n\n{entries}\n```\n"
+    document = PurePosixPath(docname).relative_to(directory).as_posix()
+    entries = catalog_toctrees(getattr(app, "hndl_catalog_pages", ())).get(document)
+    if entries:
+        listed = "\n".join(entries)
+        source[0] = source[0].rstrip("\n") + f"\n\n```{{toctree}}\n:hidden:\n:titlesonly:\n\n{listed}\n```\n"
+
+
+def _locate_graphviz(app: Any, config: Any) -> None:
+    """``config-inited``: a ``graphviz_dot`` left at its default becomes the located program, so
+    the site draws with the graphviz-pure wheel on a machine without system Graphviz."""
+    if config.graphviz_dot == "dot":
+        config.graphviz_dot = graphviz_program()
 
 
 # -- directives -----------------------------------------------------------------------------------------
@@ -125,15 +143,9 @@ class PlanDirective(SphinxDirective):
                            input_dtype=self._literal_option("input-dtype"), registry=registry)
         except HNDLError as error:
             raise self.error(f"hndl-plan does not resolve:\n{error}") from error
-        return [_literal(source, "python"), _literal(shape_table(plan), "text"), *self._diagram(mermaid(plan))]
-
-    def _diagram(self, text: str) -> list[nodes.Node]:
-        """The ``mermaid`` directive's nodes when one is registered (sphinxcontrib-mermaid), else the text."""
-        directive, _ = directives.directive("mermaid", self.state.memo.language, self.state.document)
-        if directive is None:
-            return [_literal(text, "text")]
-        return directive("mermaid", [], {}, text.splitlines(), self.lineno, self.content_offset,
-                         self.block_text, self.state, self.state_machine).run()
+        diagram = Graphviz("graphviz", [], {"alt": diagram_alt(plan)}, plan_dot(plan).splitlines(), self.lineno,
+                           self.content_offset, self.block_text, self.state, self.state_machine).run()
+        return [_literal(source, "python"), _literal(shape_table(plan), "text"), *diagram]
 
 
 class ErrorDirective(SphinxDirective):
@@ -152,7 +164,10 @@ class ErrorDirective(SphinxDirective):
         except HNDLError as error:
             if error.code != expected:
                 raise self.error(f"hndl-error: the {expected} example raised {error.code}:\n{error}") from error
-            return [_literal(code, "python"), _literal(f"hndl.errors.HNDLError: {error}", "text")]
+            blocks = [_literal(code, "python"), _literal(f"hndl.errors.HNDLError: {error}", "text")]
+            for block in blocks:  # hndl.css wraps these long lines instead of scrolling them
+                block["classes"].append("hndl-error")
+            return blocks
         except Exception as error:
             raise self.error(f"hndl-error: the {expected} example raised {type(error).__name__}: {error}") from error
         raise self.error(f"hndl-error: the {expected} example raised nothing")
@@ -161,8 +176,10 @@ class ErrorDirective(SphinxDirective):
 def setup(app: Any) -> dict[str, Any]:
     app.add_config_value("hndl_catalog_dir", DEFAULT_DIRECTORY, "env", types=(str,))
     app.add_config_value("hndl_catalog_packs", None, "env")
+    app.setup_extension("sphinx.ext.graphviz")
+    app.connect("config-inited", _locate_graphviz)
     app.connect("builder-inited", generate_catalog)
-    app.connect("source-read", _index_toctree)
+    app.connect("source-read", _catalog_toctree)
     app.add_directive("hndl-plan", PlanDirective)
     app.add_directive("hndl-error", ErrorDirective)
     from . import __version__

@@ -1,6 +1,7 @@
 """The cookiecutter-operator round trip: generate a pack into a temporary directory with the real
 `cookiecutter` command, install it with pip, load it by name, run the generated pack's own tests,
-and build the catalog with it. Invalid template variables stop in the pre-generation hook.
+and build the catalog with it; install it into a fresh venv that sees the local core only through a
+.pth file. Invalid template variables stop in the pre-generation hook.
 
 Nothing here uses the network: pip installs from the local directory with --no-index and
 --no-build-isolation (setuptools comes from this environment).
@@ -12,10 +13,13 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "cookiecutter-operator"
@@ -123,6 +127,58 @@ def test_the_catalog_builds_with_the_installed_pack(pack):
     assert f"[`{ALIAS}`]({PACK}/{ALIAS}.md)" in (output / "index.md").read_text(encoding="utf-8")
     # One generator: the page the template shipped is the page the installed pack documents.
     assert text == (pack["project"] / "docs" / "operators" / PACK / f"{ALIAS}.md").read_text(encoding="utf-8")
+
+
+def _hndl_requirement(pyproject: Path):
+    """The ``hndl`` entry of a pyproject's dependencies, parsed."""
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    requirements = [Requirement(text) for text in data["project"]["dependencies"]]
+    return next(requirement for requirement in requirements if requirement.name == "hndl")
+
+
+def test_the_template_and_the_first_party_packs_require_only_this_core_series(pack):
+    """`hndl` on the package index is another project (0.10.0): only 0.1.x, this core, may satisfy a pack."""
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    pyprojects = [pack["project"] / "pyproject.toml", *sorted((ROOT / "plugins").glob("*/pyproject.toml"))]
+    assert len(pyprojects) == 5
+    for pyproject in pyprojects:
+        specifier = _hndl_requirement(pyproject).specifier
+        assert str(specifier) in ("<0.2,>=0.1", ">=0.1,<0.2"), pyproject
+        assert specifier.contains(core) and specifier.contains("0.1.9"), pyproject
+        assert not any(specifier.contains(other) for other in ("0.10.0", "0.2.0", "0.0.9")), pyproject
+
+
+def test_a_baked_pack_installs_into_a_fresh_venv_next_to_the_local_core(pack, tmp_path):
+    """A fresh venv sees this environment (core, torch, setuptools) only through a .pth file; pip
+    installs the baked pack there with no index, and the pack resolves in that venv."""
+    venv = tmp_path / "fresh"
+    _check(_run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path), "python -m venv")
+    python = venv / "bin" / "python"
+    purelib = Path(_check(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               cwd=tmp_path), "sysconfig").stdout.strip())
+    core_site = sysconfig.get_paths()["purelib"]  # this environment's site-packages, editable finders included
+    (purelib / "hndl_local_core.pth").write_text(f"import site; site.addsitedir({core_site!r})\n", encoding="utf-8")
+    baked = tmp_path / "baked"
+    shutil.copytree(pack["project"], baked)
+    _check(_run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-index",
+                 "--no-build-isolation", str(baked)], cwd=tmp_path), "pip install into the fresh venv")
+    assert list(purelib.glob("hndl_acme_lab-*.dist-info")), "the pack is installed into the fresh venv"
+    assert not list(purelib.glob("hndl-*.dist-info")), "pip found the local core and installed no other hndl"
+    script = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        import hndl, {MODULE}
+        from hndl import Registry
+
+        assert sys.prefix == {str(venv)!r}, sys.prefix
+        assert Path({MODULE}.__file__).is_relative_to({str(purelib)!r}), {MODULE}.__file__
+        assert Registry.from_packs({PACK!r}).aliases() == ({ALIAS!r},)
+        plan = hndl.resolve("linear(64)\\n{ALIAS}()\\nlinear()", input_shape=("B", 32), output_shape=("B", 10),
+                            registry=Registry.from_packs("basic", {PACK!r}))
+        print(plan.node("n1").op)
+    """)
+    result = _check(_run([str(python), "-c", script], cwd=tmp_path), "resolving in the fresh venv")
+    assert result.stdout.strip() == f"{IDENTITY}@1"
 
 
 @pytest.mark.parametrize("variables, message", [

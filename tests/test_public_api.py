@@ -25,14 +25,16 @@ INITIALIZERS = [
     "truncated_normal", "normal", "uniform", "orthogonal",
 ]
 SUBMODULES = {
-    "construction", "contracts", "declaration", "errors", "frontends", "graph", "limits", "packs",
+    "arg", "construction", "contracts", "declaration", "errors", "frontends", "graph", "limits", "packs",
     "collector", "inspection", "persist", "plan", "registry", "resolve", "shape_dsl", "torch",
-    "bounded_read", "testing", "docs", "sphinx", "cli",  # the documented additions of the catalog issue: the harness and the page generator
+    "bounded_read", "testing", "docs", "sphinx", "cli", "suggestions",  # the documented additions of the catalog issue: the harness and the page generator
+    "plan_values", "plan_tables", "plan_encoding", "plan_restoration",  # issue 19: the layers below the plan types
+    "drawing", "shape_text",  # issue 18: plan diagrams (DOT and its renderer) and shape text, below the plan
 }
 TORCH_API = [
     "build", "parameter_counts", "network", "network_file", "network_from_callable", "restore", "dry_run", "preflight",
 ]
-TORCH_SUBMODULES = {"build", "graph_module", "initialize", "module_hooks", "network", "plain_layers", "ports", "programs", "registrations", "state_record", "state_watch", "torch_edits"}
+TORCH_SUBMODULES = {"build", "graph_module", "initialize", "instantiate", "module_hooks", "network", "plain_layers", "ports", "programs", "registrations", "state_record", "state_watch", "torch_edits"}
 
 
 def test_all_is_exactly_section_7_plus_the_initializers():

@@ -15,6 +15,7 @@ import tempfile
 from typing import Optional, Sequence
 
 from ..contracts import COMPUTE_DTYPES
+from ..docs.catalog import all_packs
 from ..errors import HNDLError, shown
 from ..packs import split_pack_names
 from ..registry import Registry
@@ -22,6 +23,10 @@ from ..registry import Registry
 _INT = re.compile(r"[+-]?\d+\Z")
 #: The most digits an extent can have: no int64, and so no dimension limit, has more.
 _MAX_DIGITS = len(str(2**63 - 1))
+
+
+#: What every command loads without --packs: the packs `hndl packs` lists.
+DEFAULT_PACKS = "every installed pack, as `hndl packs` lists them"
 
 
 class Failure(Exception):
@@ -54,7 +59,7 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
         "--input-dtype", action="append", metavar="[NAME=]DTYPE",
         help="dtype of every input (e.g. int64 for token ids), or NAME=DTYPE per input, repeatable",
     )
-    add_packs_option(parser, "the installed first-party packs")
+    add_packs_option(parser, DEFAULT_PACKS)
 
 
 # -- parsing option text --------------------------------------------------------------------------------
@@ -136,8 +141,35 @@ def pack_names(values: Optional[Sequence[str]]) -> Optional[tuple[str, ...]]:
 
 
 def registry(values: Optional[Sequence[str]]) -> Registry:
+    """The packs --packs names, else every installed pack (first-party ones first), as `hndl packs` lists."""
     names = pack_names(values)
-    return Registry.builtins() if names is None else Registry.from_packs(*names)
+    if names is not None:
+        return Registry.from_packs(*names)
+    installed = all_packs()
+    try:
+        return Registry.from_packs(*installed)
+    except HNDLError as error:
+        if error.code != "E_REGISTRY":
+            raise
+        raise _default_packs_failed(error, installed) from None
+
+
+def _default_packs_failed(error: HNDLError, installed: Sequence[str]) -> HNDLError:
+    """The installed packs do not load together (one fails to import, two claim an alias): the same
+    error, with the exact --packs that leaves out each pack that fails on its own."""
+    loadable = [name for name in installed if _loads(name)]
+    remedy = (f"Choose the packs with --packs {','.join(loadable)}." if loadable
+              else "Reinstall the packs, or install one that imports.")
+    return HNDLError(error.code, error.message, field=error.location.field, chain=error.chain,
+                     remedies=(*error.remedies, remedy))
+
+
+def _loads(pack: str) -> bool:
+    try:
+        Registry.from_packs(pack)
+    except HNDLError:
+        return False
+    return True
 
 
 # -- resolving a spec -----------------------------------------------------------------------------------
@@ -169,9 +201,13 @@ def read_stdin() -> str:
 
 # -- files ------------------------------------------------------------------------------------------------
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename,
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (see ``write_bytes``)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a temporary file beside it, then a rename,
     so a failure (a full disk, an interrupt) never leaves a half-written plan or drawing."""
-    data = text.encode("utf-8")
     try:
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(path):

@@ -10,7 +10,7 @@ from ..docs.catalog import all_packs, example_registry, operator_page
 from ..errors import HNDLError
 from ..packs import installed_packs
 from ..registry import Registry
-from .options import add_packs_option, pack_names
+from .options import DEFAULT_PACKS, add_packs_option, pack_names
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "generates from its declaration (ports, arguments, policies, resolved examples).",
     )
     parser.add_argument("alias", metavar="ALIAS", help="operator alias such as linear or conv")
-    add_packs_option(parser, "every installed pack")
+    add_packs_option(parser, DEFAULT_PACKS)
     parser.set_defaults(run=run_catalog)
 
 

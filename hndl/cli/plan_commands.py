@@ -6,7 +6,7 @@ import argparse
 
 from ..persist import read_plan_file
 from ..plan import ResolvedPlan
-from .options import add_packs_option, registry
+from .options import DEFAULT_PACKS, add_packs_option, registry
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -18,7 +18,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("first", metavar="A.json", help="the plan before")
     parser.add_argument("second", metavar="B.json", help="the plan after")
-    add_packs_option(parser, "the installed first-party packs")
+    add_packs_option(parser, DEFAULT_PACKS)
     parser.set_defaults(run=run_diff)
 
 

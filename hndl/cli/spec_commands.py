@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 from ..docs.diagram import mermaid
-from ..docs.dot import dot
+from ..drawing.dot import plan_dot
+from ..drawing.graphviz import graphviz_program, render
 from ..plan import shape_table
-from .options import Failure, add_contract_options, resolve_spec, write_text
+from .options import Failure, add_contract_options, resolve_spec, write_bytes, write_text
 
-GRAPH_FORMATS = (".mmd", ".dot", ".svg")
-#: How long Graphviz may take to lay out one plan.
-DOT_TIMEOUT_SECONDS = 120
+GRAPH_FORMATS = (".mmd", ".dot", ".svg", ".png")
+#: The formats Graphviz draws (graphviz-pure, a dependency, or a system `dot`).
+RENDERED = (".svg", ".png")
 
 _CONTRACT_EXAMPLES = """\
 shape syntax:
@@ -48,15 +45,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run_explain)
 
     parser = commands.add_parser(
-        "graph", help="resolve a spec and draw its graph (.svg, .mmd Mermaid, .dot Graphviz)",
-        description="Resolve SPEC and draw the plan: one box per node, edges labelled with resolved shapes. "
-        "The format follows the -o suffix: .mmd (Mermaid), .dot (Graphviz DOT), .svg (rendered by "
-        "Graphviz `dot`, which must be installed); -o - prints Mermaid to stdout.",
+        "graph", help="resolve a spec and draw its graph (.svg, .png, .mmd Mermaid, .dot Graphviz)",
+        description="Resolve SPEC and draw the plan top-down: named inputs, one box per node with its "
+        "operator and output shapes, named outputs, edges labelled with resolved shapes. The format follows "
+        "the -o suffix: .svg or .png (drawn by the bundled graphviz-pure, else a system Graphviz `dot`), "
+        ".dot (Graphviz DOT text), .mmd (Mermaid text); -o - prints Mermaid to stdout.",
         epilog=_CONTRACT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_contract_options(parser)
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
-                        help="out.svg, out.mmd, out.dot, or - for Mermaid on stdout")
+                        help="out.svg, out.png, out.mmd, out.dot, or - for Mermaid on stdout")
     parser.set_defaults(run=run_graph)
 
 
@@ -79,44 +77,17 @@ def run_graph(options: argparse.Namespace) -> int:
     target = options.output
     suffix = Path(target).suffix.lower()
     if target != "-" and suffix not in GRAPH_FORMATS:
-        raise Failure(f"cannot tell the graph format of {target!r}: use a .svg, .mmd or .dot file, or - for stdout")
-    dot_program = shutil.which("dot") if suffix == ".svg" else None
-    if suffix == ".svg" and dot_program is None:
-        # Checked before resolving, so a missing tool is reported without any other work.
-        raise Failure(
-            "rendering .svg needs the Graphviz `dot` executable, which is not on PATH; install Graphviz "
-            "(e.g. `apt-get install graphviz`), or write -o out.dot or -o out.mmd instead"
-        )
+        raise Failure(f"cannot tell the graph format of {target!r}: use a .svg, .png, .mmd or .dot file, "
+                      "or - for stdout")
+    # Located before resolving, so a missing Graphviz is reported without any other work.
+    program = graphviz_program() if suffix in RENDERED else None
     plan = resolve_spec(options)
     if target == "-":
         print(mermaid(plan))
     elif suffix == ".mmd":
         write_text(target, mermaid(plan) + "\n")
     elif suffix == ".dot":
-        write_text(target, dot(plan))
+        write_text(target, plan_dot(plan))
     else:
-        render_svg(dot_program, dot(plan), target)
+        write_bytes(target, render(plan_dot(plan), suffix[1:], program=program))
     return 0
-
-
-def render_svg(program: str, text: str, target: str) -> None:
-    """Run ``dot -Tsvg`` into a temporary file beside ``target``, then move it into place."""
-    folder = os.path.dirname(os.path.abspath(target))
-    try:
-        handle, partial = tempfile.mkstemp(suffix=".svg", dir=folder)
-    except OSError as error:
-        raise Failure(f"cannot write {target}: {error.strerror or error}") from None
-    os.close(handle)
-    try:
-        try:
-            done = subprocess.run([program, "-Tsvg", "-o", partial], input=text, text=True,
-                                  capture_output=True, timeout=DOT_TIMEOUT_SECONDS)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise Failure(f"Graphviz `dot` ({program}) could not render {target}: {error}") from None
-        if done.returncode != 0:
-            detail = done.stderr.strip() or f"exit status {done.returncode}"
-            raise Failure(f"Graphviz `dot` ({program}) failed to render {target}: {detail}")
-        os.replace(partial, target)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)

@@ -1,16 +1,11 @@
-"""A plan drawn as a Mermaid flowchart: nodes with their operation, edges with resolved shapes."""
+"""A plan as Mermaid flowchart text (``hndl graph -o plan.mmd``): nodes with their operation, edges with
+resolved shapes. The documentation site and ``-o .svg/.png`` draw with Graphviz (:mod:`hndl.drawing`)."""
 
 from __future__ import annotations
 
+from ..drawing.dot import node_edges
 from ..graph import Ref
 from ..plan import ResolvedPlan, format_shape
-
-
-def node_edges(plan: ResolvedPlan) -> list[tuple[str, str, str]]:
-    """``(source reference, node id, label)`` per node input; the label is the resolved shape,
-    prefixed by the port name when the node reads several."""
-    return [(ref, node.id, (f"{port} " if len(node.inputs) > 1 else "") + format_shape(node.input_shapes[port]))
-            for node in plan.nodes for port, ref in node.inputs.items()]
 
 
 def _node_key(ref: str) -> str:

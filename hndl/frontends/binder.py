@@ -17,6 +17,7 @@ from ..contracts import Contracts
 from ..declaration import OperatorSpec
 from ..errors import HNDLError
 from ..graph import NODE_ID, Graph, Node, Ref
+from ..suggestions import did_you_mean
 
 RESERVED_METADATA = ("name", "policy", "init", "trainable")
 
@@ -234,7 +235,7 @@ class Binder:
             if key not in spec.args or (key == "input_count" and spec.shape.variadic_input):
                 raise HNDLError(
                     "E_ARGUMENT", f"{spec.alias} has no argument {key!r}", **where, field=key,
-                    remedies=(f"Use one of: {', '.join(_author_arguments(spec)) or 'no arguments'}.",),
+                    remedies=_unknown_argument_remedies(spec, key),
                 )
             if key in author:
                 raise HNDLError(
@@ -356,6 +357,15 @@ def _is_port_key(spec: OperatorSpec, key: str) -> bool:
     if spec.shape.variadic_input:
         return _is_variadic_key(spec, key)
     return key in spec.input_ports()
+
+
+def _unknown_argument_remedies(spec: OperatorSpec, key: str) -> tuple[str, ...]:
+    """The closest argument or port names first (a misspelling), then every argument there is."""
+    arguments = _author_arguments(spec)
+    listing = f"Use one of: {', '.join(arguments) or 'no arguments'}."
+    ports = () if spec.shape.variadic_input else spec.input_ports()
+    close = did_you_mean(key, (*arguments, *RESERVED_METADATA, *ports))
+    return (listing,) if close is None else (close, listing)
 
 
 def _is_variadic_key(spec: OperatorSpec, key: str) -> bool:

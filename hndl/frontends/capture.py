@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ..errors import HNDLError
 from ..graph import Graph
+from ..suggestions import missing_pack_remedies
 from .binder import Binder, Symbol
 
 FRONTEND = "python_callable@1"
@@ -52,13 +53,16 @@ class OpsNamespace:
                 raise HNDLError(
                     "E_OPERATOR",
                     f"{spec.qualified} (ops.{alias}) is not in the registry this capture resolves with",
-                    remedies=("Use registry.ops of the registry you pass to the capture API.",),
+                    remedies=("Use registry.ops of the registry you pass to the capture API.",
+                              *missing_pack_remedies(alias, capture.registry)),
                 )
             caller = sys._getframe(1)
             return capture.binder.call(spec, args, kwargs, line=caller.f_lineno)
 
         call.__name__ = alias
         call.__doc__ = spec.summary
+        # Aliases are never rebound in a registry: later lookups find the function directly.
+        self.__dict__[alias] = call
         return call
 
     def __dir__(self) -> list[str]:

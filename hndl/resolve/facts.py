@@ -34,6 +34,9 @@ class Facts:
         self._labels: list[str] = []
         self._proof: dict[int, tuple[int, str, Optional[str]]] = {}  # proof forest: var -> (neighbour, equation, actor)
         self._ports: set[int] = set()  # the variables that are axes of a tensor (what messages name)
+        #: The Watch of the tensor each port variable is an axis of, told when the variable's
+        #: rendering changes. A Watch holds no reference back, so no reference cycle forms.
+        self._observers: dict[int, "Watch"] = {}
         #: Who is adding facts now: (name, location keywords) of the node being applied, or None
         #: for the external contracts. Contradictions blame the node whose fact disagrees with them.
         self.actor: Optional[tuple[str, dict]] = None
@@ -42,8 +45,9 @@ class Facts:
         self.batch = self.new("batch")
 
     # -- variables ------------------------------------------------------------------------
-    def new(self, label: str, *, port: bool = False) -> int:
-        """A fresh, unconstrained variable; ``port`` marks an axis of a tensor."""
+    def new(self, label: str, *, port: bool = False, observer: Optional["Watch"] = None) -> int:
+        """A fresh, unconstrained variable; ``port`` marks an axis of a tensor, ``observer`` is
+        that tensor's Watch, told whenever the variable's rendering changes."""
         var = len(self._parent)
         self._parent.append(var)
         self._ratio.append(1)
@@ -51,13 +55,16 @@ class Facts:
         self._labels.append(label)
         if port:
             self._ports.add(var)
+        if observer is not None:
+            self._observers[var] = observer
         return var
 
-    def new_known(self, label: str, value: int, reason: str, *, port: bool = False) -> int:
+    def new_known(self, label: str, value: int, reason: str, *, port: bool = False,
+                  observer: Optional["Watch"] = None) -> int:
         """A fresh variable that already holds ``value`` (a checked extent, e.g. from a saved plan)."""
         if type(value) is not int or not 0 < value <= self.max_dimension:
             raise HNDLError("E_CONSTRAINT", f"{label} would be {value!r}, not a positive extent", chain=(reason,))
-        var = self.new(label, port=port)
+        var = self.new(label, port=port, observer=observer)
         self._value[var] = value
         self._reason[var] = reason
         self._origin[var] = (var, reason, (), None)
@@ -222,6 +229,7 @@ class Facts:
         self._reason[root] = reason
         self._origin[root] = (var, reason, tuple(premises), self.actor)
         self.version += 1
+        self._gained(self._members[root])
 
     def bound(self, var: int, lo: int, hi: int, reason: str, *, code: str = "E_CONSTRAINT", premises: tuple = ()) -> None:
         """Intersect ``var`` with the inclusive interval [lo, hi]; a single survivor fixes it."""
@@ -294,6 +302,13 @@ class Facts:
         elif value_b is not None:
             self._check_members(root_a, link * value_b, f"{self._reason[root_b]}; {reason}", code)
         moved = self._members[root_a]
+        # The side whose variables render differently once merged: it gains a value or the batch.
+        if value_a is not None or root_a == batch_root:
+            gaining = list(self._members[root_b])
+        elif value_b is not None or root_b == batch_root:
+            gaining = moved
+        else:
+            gaining = ()
         small, large = (a, b) if self.find(a)[0] == root_a else (b, a)
         self._link_proof(small, large, reason)
         if root_a in self._origin and root_b not in self._origin:
@@ -305,6 +320,7 @@ class Facts:
         self._value.pop(root_a, None)
         self._reason.pop(root_a, None)
         self.version += 1
+        self._gained(gaining)
         if root_a == batch_root:
             self._check_multiples(self._members[root_b], reason)
         elif root_b == batch_root:
@@ -312,6 +328,14 @@ class Facts:
         if root_a in self._bounds:
             lo, hi, why = self._bounds.pop(root_a)
             self.bound(root_a, lo, hi, why, code=code)
+
+    def _gained(self, members) -> None:
+        """Tell the tensors among ``members`` that their rendering changed (a value or the batch)."""
+        observers = self._observers
+        for member in members:
+            tensor = observers.get(member)
+            if tensor is not None:
+                tensor.changed()
 
     def _shown(self, root: int, *preferred: int) -> int:
         """The variable a message names for a class: the first preferred one that is a tensor
@@ -430,6 +454,31 @@ class Facts:
 SUPPORTED_RANKS = (2, 3, 4)
 
 
+class Mark:
+    """A reader's dirty flag: set whenever something the reader reads changed."""
+
+    __slots__ = ("dirty",)
+
+    def __init__(self) -> None:
+        self.dirty = True
+
+
+class Watch:
+    """One tensor's cached rendering and the Marks of its readers; Facts tells it of changes."""
+
+    __slots__ = ("rendered", "readers")
+
+    def __init__(self) -> None:
+        self.rendered: Optional[tuple] = None
+        self.readers: list[Mark] = []
+
+    def changed(self) -> None:
+        """The rank or an axis's rendering changed: drop the rendering, mark every reader dirty."""
+        self.rendered = None
+        for reader in self.readers:
+            reader.dirty = True
+
+
 class TensorFacts:
     """What is known about one tensor of the graph: its rank, then one variable per axis."""
 
@@ -442,6 +491,8 @@ class TensorFacts:
         self.rank_options: Optional[tuple[int, ...]] = None
         self.dims: Optional[list[int]] = None
         self.dtype: Optional[str] = None
+        #: The rendering cache and the Marks of whoever reads this tensor (the solver's nodes).
+        self.watch = Watch()
 
     def set_rank(self, rank: int, reason: str, *, code: str = "E_CONSTRAINT") -> None:
         """Fix the rank, creating the axis variables; a different rank is a contradiction."""
@@ -461,8 +512,9 @@ class TensorFacts:
             )
         self.rank = rank
         self.rank_reason = reason
-        self.dims = [self.facts.new(f"{self.label}[{axis}]", port=True) for axis in range(rank)]
+        self.dims = [self.facts.new(f"{self.label}[{axis}]", port=True, observer=self.watch) for axis in range(rank)]
         self.facts.version += 1
+        self.changed()
 
     def seed(self, shape: tuple, batch_ratio: int, reason: str) -> None:
         """Give an unranked tensor a concrete shape at once: its batch multiple and known extents."""
@@ -471,21 +523,34 @@ class TensorFacts:
         self.rank = len(shape)
         self.rank_reason = reason
         facts = self.facts
-        batch = facts.new(f"{self.label}[0]", port=True)
+        batch = facts.new(f"{self.label}[0]", port=True, observer=self.watch)
         facts.equate(batch, facts.batch, reason, ratio=batch_ratio)
-        self.dims = [batch, *(facts.new_known(f"{self.label}[{axis}]", extent, reason, port=True)
+        self.dims = [batch, *(facts.new_known(f"{self.label}[{axis}]", extent, reason, port=True, observer=self.watch)
                               for axis, extent in enumerate(shape[1:], start=1))]
         facts.version += 1
+        self.changed()
+
+    def changed(self) -> None:
+        """The rank or an axis's rendering changed (see Watch.changed)."""
+        self.watch.changed()
+
+    def rendered(self) -> Optional[tuple]:
+        """The rendered entries as a tuple, computed once per change (see ``shape``)."""
+        watch = self.watch
+        rendered = watch.rendered
+        if rendered is None and self.dims is not None:
+            render = self.facts.render
+            rendered = watch.rendered = tuple([render(var) for var in self.dims])
+        return rendered
 
     def shape(self) -> Optional[list]:
         """Rendered entries (``B``, ``2*B``, ints, or None while unknown), or None without a rank."""
-        if self.dims is None:
-            return None
-        return [self.facts.render(var) for var in self.dims]
+        rendered = self.rendered()
+        return None if rendered is None else list(rendered)
 
     def complete(self) -> bool:
-        shape = self.shape()
-        return shape is not None and all(entry is not None for entry in shape)
+        rendered = self.rendered()
+        return rendered is not None and None not in rendered
 
 
 def _whole(ratio):

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from ..errors import HNDLError
 from ..graph import Node
+from ..suggestions import did_you_mean
 
 
 def normalize_node(node: Node) -> tuple[dict[str, Any], dict[str, str], Optional[str]]:
@@ -25,7 +26,8 @@ def normalize_node(node: Node) -> tuple[dict[str, Any], dict[str, str], Optional
                 f"{spec.alias} has no argument {name!r}",
                 **node.where(),
                 field=name,
-                remedies=(f"Use one of: {', '.join(spec.args) or 'no arguments'}.",),
+                remedies=tuple(filter(None, (did_you_mean(name, spec.args),
+                                             f"Use one of: {', '.join(spec.args) or 'no arguments'}."))),
             )
         args[name] = _normalize(node, name, value)
         origins[name] = "explicit"

@@ -12,7 +12,7 @@ from ..declaration import OperatorSpec
 from ..errors import HNDLError
 from ..graph import Node
 from ..shape_dsl import PortPattern
-from .facts import Facts, TensorFacts
+from .facts import Facts, Mark, TensorFacts
 
 
 class NodeState:
@@ -40,17 +40,24 @@ class NodeState:
         self.facts = facts
         #: How this node signs the facts it adds (Facts.actor), so contradictions can blame it.
         self.actor = (f"node {node.id} ({node.spec.alias})", node.where())
-        self.patterns = _expand_patterns(node.spec, tuple(inputs), tuple(outputs))
+        self.patterns = compiled_patterns(node.spec, tuple(inputs), tuple(outputs))
         self.symbols: dict[str, int] = {}
         self.batch = facts.new(f"{node.id}.B")
         self.ellipsis: Optional[list[int]] = None
-        self._dim_args = {arg.dim: name for name, arg in node.spec.args.items() if arg.dim is not None}
+        self.dim_args = node.spec.dim_args
         # What the patterns still have to contribute; once all empty the node's patterns are spent.
-        self._pending_ports = {entry[0] for entry in self.patterns}
+        self._pending_ports = {entry.port for entry in self.patterns}
         # Patterned ports meet the node batch through their leading B entry already.
-        patterned = {entry[0] for entry in self.patterns}
-        self._pending_batch = (set(inputs) | set(outputs)) - patterned if node.spec.batch == "shared" else set()
-        self._pending_args = dict(self._dim_args)
+        self._pending_batch = (set(inputs) | set(outputs)) - self._pending_ports if node.spec.batch == "shared" else set()
+        self._pending_args = dict(self.dim_args)
+        self._prefixes: dict[str, str] = {}
+        #: Dirty when something this node reads (a port's rank or rendering, its own arguments)
+        #: changed since it was last applied; the sweep applies only dirty nodes.
+        self.mark = Mark()
+        #: Set once applying the node can add nothing more: its patterns are spent and it has no relation.
+        self.spent = False
+        for tensor in {id(tensor): tensor for tensor in (*inputs.values(), *outputs.values())}.values():
+            tensor.watch.readers.append(self.mark)
 
     def tensor(self, port: str) -> TensorFacts:
         return self.inputs[port] if port in self.inputs else self.outputs[port]
@@ -62,16 +69,67 @@ class NodeState:
         return self.symbols[name]
 
     def reason(self, port: str, text: str) -> str:
-        return f"node {self.node.id} ({self.spec.alias}) {port}: {text}"
+        return self.prefix(port) + text
+
+    def prefix(self, port: str) -> str:
+        """``node <id> (<alias>) <port>: ``, the start of every pattern reason, built once per port."""
+        prefix = self._prefixes.get(port)
+        if prefix is None:
+            prefix = self._prefixes[port] = f"node {self.node.id} ({self.spec.alias}) {port}: "
+        return prefix
+
+    def patterns_pending(self) -> bool:
+        """Whether the declared patterns still have facts to add."""
+        return bool(self._pending_ports or self._pending_batch or self._pending_args)
 
 
-_EXPANSIONS: dict = {}
+class CompiledPort:
+    """One port's declared pattern, with the text of every reason it gives precomputed."""
+
+    __slots__ = ("port", "pattern", "has_ellipsis", "text", "rank_text", "fixed", "_entries")
+
+    def __init__(self, port: str, pattern: PortPattern) -> None:
+        self.port = port
+        self.pattern = pattern
+        self.has_ellipsis = pattern.has_ellipsis
+        self.text = str(pattern)
+        self.rank_text = f"pattern {self.text}"
+        #: The number of entries besides the ``...`` run (the rank when there is none).
+        self.fixed = len(pattern.dims) - 1 if self.has_ellipsis else len(pattern.dims)
+        self._entries: dict[int, tuple] = {}
+
+    def entries(self, run: int) -> tuple:
+        """(kind, axis, payload, reason text) per axis once the ``...`` run has ``run`` axes."""
+        cached = self._entries.get(run)
+        if cached is not None:
+            return cached
+        entries = []
+        axis = 0
+        for dim in self.pattern.dims:
+            if dim.kind == "ellipsis":
+                for index in range(run):
+                    entries.append(("ellipsis", axis, index, f"axis {axis} is part of '...'"))
+                    axis += 1
+                continue
+            text = f"axis {axis} is {dim} in {self.text}"
+            if dim.kind == "batch":
+                entries.append(("batch", axis, None, text))
+            elif dim.kind == "symbol":
+                entries.append(("symbol", axis, (dim.symbol, dim.scale), text))
+            elif dim.kind == "literal":
+                entries.append(("literal", axis, dim.value, text))
+            axis += 1
+        result = self._entries[run] = tuple(entries)
+        return result
 
 
-def _expand_patterns(spec: OperatorSpec, inputs: tuple, outputs: tuple) -> tuple:
-    """(port, pattern, has ellipsis, pattern text) for every port the DSL constrains, cached per spec."""
+_COMPILED: dict = {}
+
+
+def compiled_patterns(spec: OperatorSpec, inputs: tuple, outputs: tuple) -> tuple[CompiledPort, ...]:
+    """A CompiledPort for every port the DSL constrains, compiled once per declaration and port names."""
     key = (spec, inputs, outputs)
-    cached = _EXPANSIONS.get(key)
+    cached = _COMPILED.get(key)
     if cached is not None:
         return cached
     patterns = []
@@ -82,10 +140,10 @@ def _expand_patterns(spec: OperatorSpec, inputs: tuple, outputs: tuple) -> tuple
             if pattern is None and len(declared) == 1 and declared[0].variadic:
                 pattern = declared[0]
             if pattern is not None and pattern.dims is not None:
-                patterns.append((port, pattern, pattern.has_ellipsis, str(pattern)))
+                patterns.append(CompiledPort(port, pattern))
     result = tuple(patterns)
-    if len(_EXPANSIONS) < 4096:
-        _EXPANSIONS[key] = result
+    if len(_COMPILED) < 4096:
+        _COMPILED[key] = result
     return result
 
 
@@ -96,18 +154,20 @@ def apply_patterns(state: NodeState) -> None:
     facts = state.facts
     if state.ellipsis is None:
         _settle_ellipsis(state)
-    for port, pattern, has_ellipsis, text in state.patterns:
+    for entry in state.patterns:
+        port = entry.port
         if port not in state._pending_ports:
             continue
-        if not has_ellipsis:
-            rank = len(pattern.dims)
+        if not entry.has_ellipsis:
+            rank = entry.fixed
         elif state.ellipsis is not None:
-            rank = len(pattern.dims) - 1 + len(state.ellipsis)
+            rank = entry.fixed + len(state.ellipsis)
         else:
             continue
         tensor = state.tensor(port)
-        tensor.set_rank(rank, state.reason(port, f"pattern {text}"))
-        _apply_entries(state, port, pattern, text, tensor)
+        prefix = state.prefix(port)
+        tensor.set_rank(rank, prefix + entry.rank_text)
+        _apply_entries(state, prefix, entry, tensor)
         state._pending_ports.discard(port)
     for port in tuple(state._pending_batch):
         tensor = state.tensor(port)
@@ -126,17 +186,16 @@ def apply_patterns(state: NodeState) -> None:
 
 def _settle_ellipsis(state: NodeState) -> None:
     """Learn the length of the shared ``...`` run from any port whose rank is known."""
-    for port, pattern, has_ellipsis, text in state.patterns:
-        tensor = state.tensor(port)
-        if not has_ellipsis or tensor.rank is None:
+    for entry in state.patterns:
+        tensor = state.tensor(entry.port)
+        if not entry.has_ellipsis or tensor.rank is None:
             continue
-        length = tensor.rank - (len(pattern.dims) - 1)
-        reason = state.reason(port, f"rank {tensor.rank} against pattern {text}")
+        length = tensor.rank - entry.fixed
         if length < 0:
             raise HNDLError(
                 "E_CONSTRAINT",
-                f"{state.spec.alias} port {port!r} needs at least rank {len(pattern.dims) - 1}, got rank {tensor.rank}",
-                chain=(tensor.rank_reason, reason),
+                f"{state.spec.alias} port {entry.port!r} needs at least rank {entry.fixed}, got rank {tensor.rank}",
+                chain=(tensor.rank_reason, _rank_reason(state, entry, tensor)),
             )
         if state.ellipsis is None:
             state.ellipsis = [state.facts.new(f"{state.node.id}....[{i}]") for i in range(length)]
@@ -144,27 +203,27 @@ def _settle_ellipsis(state: NodeState) -> None:
         elif len(state.ellipsis) != length:
             raise HNDLError(
                 "E_CONSTRAINT",
-                f"{state.spec.alias} port {port!r} has rank {tensor.rank}, which does not match the "
+                f"{state.spec.alias} port {entry.port!r} has rank {tensor.rank}, which does not match the "
                 f"other ports sharing its '...' run",
-                chain=(tensor.rank_reason, reason),
+                chain=(tensor.rank_reason, _rank_reason(state, entry, tensor)),
             )
 
 
-def _apply_entries(state: NodeState, port: str, pattern: PortPattern, text: str, tensor: TensorFacts) -> None:
+def _rank_reason(state: NodeState, entry: CompiledPort, tensor: TensorFacts) -> str:
+    return state.reason(entry.port, f"rank {tensor.rank} against pattern {entry.text}")
+
+
+def _apply_entries(state: NodeState, prefix: str, entry: CompiledPort, tensor: TensorFacts) -> None:
     facts = state.facts
-    axis = 0
-    for dim in pattern.dims:
-        if dim.kind == "ellipsis":
-            for var in state.ellipsis or ():
-                facts.equate(tensor.dims[axis], var, state.reason(port, f"axis {axis} is part of '...'"))
-                axis += 1
-            continue
-        reason = state.reason(port, f"axis {axis} is {dim} in {text}")
-        if dim.kind == "batch":
-            if state.spec.batch == "shared":
-                facts.equate(tensor.dims[axis], state.batch, reason)
-        elif dim.kind == "symbol":
-            facts.equate(tensor.dims[axis], state.symbol(dim.symbol), reason, ratio=dim.scale)
-        elif dim.kind == "literal":
-            facts.set_value(tensor.dims[axis], dim.value, reason)
-        axis += 1
+    dims = tensor.dims
+    shared = state.spec.batch == "shared"
+    for kind, axis, payload, text in entry.entries(len(state.ellipsis) if entry.has_ellipsis else 0):
+        if kind == "ellipsis":
+            facts.equate(dims[axis], state.ellipsis[payload], prefix + text)
+        elif kind == "batch":
+            if shared:
+                facts.equate(dims[axis], state.batch, prefix + text)
+        elif kind == "symbol":
+            facts.equate(dims[axis], state.symbol(payload[0]), prefix + text, ratio=payload[1])
+        else:
+            facts.set_value(dims[axis], payload, prefix + text)

@@ -9,17 +9,18 @@ module, allocates a tensor or draws a random number.
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Union
+from types import MappingProxyType
+from typing import Mapping, NamedTuple, Optional, Union
 
 from ..collector import collector_paused
 from ..errors import HNDLError
 from ..graph import Graph, execution_order
 from ..limits import limits_in_force
-from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan, format_shape
+from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan, freeze
+from ..shape_text import format_shape
 from .facts import SUPPORTED_RANKS, Facts, TensorFacts
-from .normalize import normalize_node
-from .patterns import NodeState, apply_patterns
-from .view import NodeView
+from .patterns import NodeState
+from .sweep import build_tensors, check_dtypes, node_state, sweep
 
 
 def resolve_graph(graph: Graph, *, limits: Mapping[str, int]) -> ResolvedPlan:
@@ -46,56 +47,17 @@ def _solve(graph: Graph, order: list, limits: Mapping[str, int], ranks: Mapping[
     """Steps 2-4 from scratch, with ``ranks`` (tensor key -> (rank, reason)) asserted after the contracts."""
     contracts = graph.contracts
     facts = Facts(batch_symbol=contracts.batch, max_dimension=limits["max_dimension"])
-    tensors = _tensors(graph, facts)
-    states = [_node_state(node, tensors, facts) for node in order]
-    _check_dtypes(states, tensors, contracts.dtype)
+    tensors = build_tensors(graph, facts)
+    states = [node_state(node, tensors, facts) for node in order]
+    check_dtypes(states, tensors, contracts.dtype)
     _seed_contracts(graph, tensors, facts)
     for key, (rank, reason) in ranks.items():
         tensors[key].set_rank(rank, reason)
-    _sweep(states, limits["max_iterations"])
+    sweep(states, limits["max_iterations"])
     return _Solved(facts, tensors, states)
 
 
-# -- step 1/2: tensors and node states ------------------------------------------------------
-def _tensors(graph: Graph, facts: Facts) -> dict[str, TensorFacts]:
-    tensors = {}
-    for port in graph.contracts.inputs:
-        tensor = TensorFacts(facts, f"input {port.name}")
-        tensor.dtype = port.dtype
-        tensors[f"input:{port.name}"] = tensor
-    for node in graph.nodes:
-        for port in node.outputs:
-            tensors[f"node:{node.id}/{port}"] = TensorFacts(facts, f"{node.id}.{port}")
-    return tensors
-
-
-def _node_state(node, tensors: dict[str, TensorFacts], facts: Facts) -> NodeState:
-    args, origins, policy = normalize_node(node)
-    inputs = {port: tensors[str(ref)] for port, ref in node.inputs.items()}
-    outputs = {port: tensors[f"node:{node.id}/{port}"] for port in node.outputs}
-    return NodeState(node, args, origins, policy, inputs, outputs, facts)
-
-
-# -- step 3: dtypes and contracts ----------------------------------------------------------------
-def _check_dtypes(states: list[NodeState], tensors: dict[str, TensorFacts], compute: str) -> None:
-    """Check every edge once and give every produced tensor its dtype (§3)."""
-    for state in states:
-        carried = [tensor.dtype for tensor in state.inputs.values()]
-        expected, produced = state.spec.port_dtypes(state.inputs, state.outputs, compute=compute, carried=carried)
-        for port, tensor in state.inputs.items():
-            if expected[port] != "any" and tensor.dtype != expected[port]:
-                raise HNDLError(
-                    "E_DTYPE",
-                    f"{state.spec.alias} port {port!r} expects {expected[port]} but receives {tensor.dtype} "
-                    f"from {state.node.inputs[port]}",
-                    **state.node.where(),
-                    field=port,
-                    remedies=("Feed this port a tensor of the declared dtype; HNDL never casts silently.",),
-                )
-        for port, tensor in state.outputs.items():
-            tensor.dtype = produced[port]
-
-
+# -- step 3: contracts -------------------------------------------------------------------------
 def _seed_contracts(graph: Graph, tensors: dict[str, TensorFacts], facts: Facts) -> None:
     contracts = graph.contracts
     for port in contracts.inputs:
@@ -113,63 +75,6 @@ def _seed(tensor: TensorFacts, shape: tuple, what: str, facts: Facts, field: str
             facts.set_value(tensor.dims[axis], extent, f"{what} axis {axis} is {extent}")
     except HNDLError as error:
         raise error.located(field=field) from None
-
-
-# -- step 4: the fixed point -------------------------------------------------------------
-def _sweep(states: list[NodeState], max_iterations: int) -> None:
-    facts = states[0].facts if states else None
-    for _ in range(max_iterations):
-        before = facts.version if facts else 0
-        for state in states:
-            _apply(state)
-        for state in reversed(states):
-            _apply(state)
-        if facts is None or facts.version == before:
-            return
-    raise HNDLError(
-        "E_RESOURCE",
-        f"resolution did not settle within max_iterations={max_iterations} sweeps",
-        remedies=("Raise limits['max_iterations'], or check relations that keep adding facts.",),
-    )
-
-
-def _apply(state: NodeState) -> None:
-    facts = state.facts
-    facts.actor = state.actor
-    try:
-        apply_patterns(state)
-        if state.spec.relation is not None:
-            view = NodeView(state)
-            state.spec.relation(view)
-            _merge_relation_args(state, view)
-    except HNDLError as error:
-        raise error.located(**state.node.where()) from None
-    finally:
-        facts.actor = None
-
-
-def _merge_relation_args(state: NodeState, view: NodeView) -> None:
-    """Take the arguments a relation filled; it may add values, never rewrite them."""
-    for name, value in view.args.items():
-        if name not in state.spec.args:
-            raise HNDLError(
-                "E_REGISTRY",
-                f"the relation of {state.spec.alias} set argument {name!r}, which it does not declare",
-                field=name,
-            )
-        value = state.spec.args[name].normalize(value, name=name, node=state.node.id)
-        if name not in state.args:
-            state.args[name] = value
-            state.origins[name] = "inferred"
-            state.derivations[name] = (f"the relation of {state.spec.alias} ({state.spec.qualified}) set it from its ports",)
-            state.facts.version += 1
-        elif state.args[name] != value:
-            raise HNDLError(
-                "E_CONSTRAINT",
-                f"the relation of {state.spec.alias} would rewrite {name}={state.args[name]!r} "
-                f"({state.origins[name]}) to {value!r}",
-                field=name,
-            )
 
 
 # -- step 4b: ranks the sweep left open ------------------------------------------------------
@@ -284,11 +189,15 @@ def _freeze_plan(
     graph: Graph, states: list[NodeState], tensors: dict[str, TensorFacts], facts: Facts, max_elements: int
 ) -> ResolvedPlan:
     for port in graph.contracts.inputs:
-        _bound_elements(tensors[f"input:{port.name}"], max_elements, {"field": port.name})
+        _bound_elements(tensors[f"input:{port.name}"], max_elements, None, port.name)
     _require_complete(states)
+    checked: set[int] = set()  # a tensor is bounded once, at the first port that shows it
     for state in states:
-        for port in (*state.inputs, *state.outputs):
-            _bound_elements(state.tensor(port), max_elements, {**state.node.where(), "field": port})
+        for ports in (state.inputs, state.outputs):
+            for port, tensor in ports.items():
+                if id(tensor) not in checked:
+                    _bound_elements(tensor, max_elements, state, port)
+                    checked.add(id(tensor))
     nodes = [_plan_node(state) for state in states]
     contracts = graph.contracts
     plan = ResolvedPlan(
@@ -367,12 +276,13 @@ def _unknown(facts, var: int) -> str:
     return "?" if interval is None else f"{interval[0]}..{interval[1]}"
 
 
-def _bound_elements(tensor: TensorFacts, max_elements: int, where: dict) -> None:
+def _bound_elements(tensor: TensorFacts, max_elements: int, state: Optional[NodeState], port: str) -> None:
     """A complete port holds at most ``max_elements`` elements per example (§5 limits)."""
     count = 1
-    for entry in tensor.shape()[1:]:
+    for entry in tensor.rendered()[1:]:
         count *= entry
     if count > max_elements:
+        where = {"field": port} if state is None else {**state.node.where(), "field": port}
         raise HNDLError(
             "E_RESOURCE",
             f"{tensor.label} holds {count} elements per example, above max_elements={max_elements}",
@@ -382,48 +292,52 @@ def _bound_elements(tensor: TensorFacts, max_elements: int, where: dict) -> None
 
 
 def _plan_node(state: NodeState) -> PlanNode:
+    """The frozen plan node of a solved state, built immutable at once (no deep copy)."""
     args, origins, derivations = state.args, state.origins, state.derivations
-    for symbol, name in state._dim_args.items():
-        value = state.facts.value(state.symbol(symbol))
+    facts = state.facts
+    for symbol, name in state.dim_args.items():
+        value = facts.value(state.symbol(symbol))
         if name not in args and value is not None:
             args[name] = value
             origins[name] = "inferred"
-            derivations[name] = _bounded(state.facts.explain(state.symbol(symbol)))
-    for name, arg in state.spec.args.items():
+            derivations[name] = _bounded(facts.explain(state.symbol(symbol)))
+    spec = state.spec
+    for name in spec.args:
         if name not in args:
             raise HNDLError(
                 "E_UNRESOLVED",
-                f"no relation determined {state.spec.alias} argument {name!r}",
+                f"no relation determined {spec.alias} argument {name!r}",
                 **state.node.where(),
                 field=name,
                 remedies=(f"Give {name}= explicitly.",),
             )
-    input_shapes = {port: tuple(tensor.shape()) for port, tensor in state.inputs.items()}
-    output_shapes = {port: tuple(tensor.shape()) for port, tensor in state.outputs.items()}
-    if state.spec.finalize is not None:
+    input_shapes = {port: tensor.rendered() for port, tensor in state.inputs.items()}
+    output_shapes = {port: tensor.rendered() for port, tensor in state.outputs.items()}
+    if spec.finalize is not None:
         finalized = dict(args)
-        state.spec.finalize(finalized, input_shapes, output_shapes)
+        spec.finalize(finalized, input_shapes, output_shapes)
         for name, value in finalized.items():
             if args.get(name, value) != value:
-                raise HNDLError("E_CONSTRAINT", f"finalize of {state.spec.alias} rewrote {name}", **state.node.where())
+                raise HNDLError("E_CONSTRAINT", f"finalize of {spec.alias} rewrote {name}", **state.node.where())
             if name not in args:
                 origins[name] = "inferred"
-                derivations[name] = (f"finalize of {state.spec.alias} from the resolved port shapes",)
+                derivations[name] = (f"finalize of {spec.alias} from the resolved port shapes",)
         args = finalized
     node = state.node
-    return PlanNode(
+    return PlanNode.restored(
         id=node.id,
-        op=state.spec.qualified,
-        alias=state.spec.alias,
-        args={name: args[name] for name in state.spec.args},
-        inputs={port: str(ref) for port, ref in node.inputs.items()},
-        outputs=node.outputs,
-        input_shapes=input_shapes,
-        output_shapes=output_shapes,
-        initialization=node.init or DEFAULT_INITIALIZATION,
-        trainability=node.trainable or DEFAULT_TRAINABILITY,
-        source={"line": node.line, "column": node.column, "policy": state.policy, "derivations": derivations},
-        provenance={name: origins[name] for name in state.spec.args},
+        op=spec.qualified,
+        alias=spec.alias,
+        args=MappingProxyType({name: freeze(args[name]) for name in spec.args}),
+        inputs=MappingProxyType({port: str(ref) for port, ref in node.inputs.items()}),
+        outputs=tuple(node.outputs),
+        input_shapes=MappingProxyType(input_shapes),
+        output_shapes=MappingProxyType(output_shapes),
+        initialization=freeze(node.init or DEFAULT_INITIALIZATION),
+        trainability=freeze(node.trainable or DEFAULT_TRAINABILITY),
+        source=MappingProxyType({"line": node.line, "column": node.column, "policy": state.policy,
+                                 "derivations": MappingProxyType({name: freeze(steps) for name, steps in derivations.items()})}),
+        provenance=MappingProxyType({name: origins[name] for name in spec.args}),
     )
 
 

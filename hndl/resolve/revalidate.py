@@ -15,18 +15,17 @@ from ..contracts import batch_multiple, parse_contracts
 from ..errors import HNDLError
 from ..graph import Graph, Node, Ref, execution_order
 from ..limits import limits_in_force
-from ..plan import ResolvedPlan
+from ..registry import using_registry
 from .facts import Facts, TensorFacts
-from .resolver import _apply, _check_dtypes, _node_state, _tensors
+from .sweep import apply_node, build_tensors, check_dtypes, node_state
 
 INCONSISTENT = ("E_CONSTRAINT", "E_RESHAPE", "E_AMBIGUOUS", "E_UNRESOLVED", "E_DTYPE", "E_ARGUMENT",
                 "E_POLICY_CONFLICT")
 
 
-def revalidate(plan: ResolvedPlan, registry, *, limits: Mapping[str, int]) -> None:
-    """Raise unless every node of ``plan`` satisfies its operator's declared equations."""
-    from ..registry import using_registry  # the registry module imports plans' consumers
-
+def revalidate(plan, registry, *, limits: Mapping[str, int]) -> None:
+    """Raise unless every node of ``plan`` (a ResolvedPlan, read by its fields) satisfies its
+    operator's declared equations."""
     with collector_paused(), using_registry(registry), limits_in_force(limits):
         _recheck_outside_facts(plan, registry)
         try:
@@ -44,7 +43,7 @@ def revalidate(plan: ResolvedPlan, registry, *, limits: Mapping[str, int]) -> No
             ) from None
 
 
-def _recheck_outside_facts(plan: ResolvedPlan, registry) -> None:
+def _recheck_outside_facts(plan, registry) -> None:
     """Run each declaration's ``restore`` hook on its saved arguments.
 
     A hook re-checks facts the plan took from outside itself (a pretrained checkpoint's
@@ -61,15 +60,15 @@ def _recheck_outside_facts(plan: ResolvedPlan, registry) -> None:
             raise error.located(node=saved.id, line=saved.source.get("line"), column=saved.source.get("column")) from None
 
 
-def _revalidate(plan: ResolvedPlan, registry, limits: Mapping[str, int]) -> None:
+def _revalidate(plan, registry, limits: Mapping[str, int]) -> None:
     graph = _graph(plan, registry)
     order = execution_order(graph, max_nodes=limits["max_nodes"], max_edges=limits["max_edges"])
     if [node.id for node in order] != [node.id for node in plan.nodes]:
         raise HNDLError("E_INTEGRITY", "saved node order is not the stable topological order")
     facts = Facts(batch_symbol=plan.batch, max_dimension=limits["max_dimension"])
-    tensors = _tensors(graph, facts)
-    states = [_node_state(node, tensors, facts) for node in order]
-    _check_dtypes(states, tensors, plan.dtype)
+    tensors = build_tensors(graph, facts)
+    states = [node_state(node, tensors, facts) for node in order]
+    check_dtypes(states, tensors, plan.dtype)
     shapes = _saved_shapes(plan)
     for ref, tensor in tensors.items():
         _seed(tensor, shapes[ref], ref, facts)
@@ -87,10 +86,10 @@ def _revalidate(plan: ResolvedPlan, registry, limits: Mapping[str, int]) -> None
             raise HNDLError("E_INTEGRITY", f"output {port['name']!r} does not match the shape of {port['ref']}",
                             field=port["name"])
     for state in states:
-        _apply(state)
+        apply_node(state)
 
 
-def _graph(plan: ResolvedPlan, registry) -> Graph:
+def _graph(plan, registry) -> Graph:
     contracts = parse_contracts(
         {port["name"]: tuple(port["shape"]) for port in plan.inputs},
         {port["name"]: tuple(port["shape"]) for port in plan.outputs},
@@ -126,7 +125,7 @@ def _graph(plan: ResolvedPlan, registry) -> Graph:
                  provenance=plan.frontend)
 
 
-def _saved_shapes(plan: ResolvedPlan) -> dict[str, tuple]:
+def _saved_shapes(plan) -> dict[str, tuple]:
     shapes = {f"input:{port['name']}": tuple(port["shape"]) for port in plan.inputs}
     for node in plan.nodes:
         for port in node.outputs:

@@ -71,8 +71,10 @@ class NodeView:
         """Assert one extent of ``port``: an int, or a batch entry such as ``2*B``."""
         tensor = self._tensor(port)
         self._check_axis(tensor, port, index)
-        reason = self._reason(f"{port}[{index}] = {value}")
         facts = tensor.facts
+        if type(value) is int and facts.value(tensor.dims[index]) == value:
+            return  # already known: asserting it again would add nothing
+        reason = self._reason(f"{port}[{index}] = {value}")
         if isinstance(value, str):
             facts.equate(tensor.dims[index], facts.batch, reason, ratio=batch_multiple(value, facts.batch_symbol), code=code)
         else:
@@ -154,6 +156,9 @@ class NodeView:
         """Intersect one axis with the inclusive interval [low, high]; it is fixed once it collapses."""
         tensor = self._tensor(port)
         self._check_axis(tensor, port, index)
+        known = tensor.facts.value(tensor.dims[index])
+        if known is not None and low <= known <= high:
+            return  # a known extent inside the interval: intersecting would add nothing
         tensor.facts.bound(tensor.dims[index], low, high, self._reason(f"{port}[{index}] lies in [{low}, {high}]"),
                            premises=self._premises(tensor.dims[index]))
 

@@ -1,9 +1,12 @@
 """Construction (§11): plan in, fully materialised GraphModule out.
 
 Order of work: look up every operator by exact identity, bound registered storage with an
-allocation-free meta-device pass, construct each node under the target device in the chosen
-RNG scope, cast to the compute dtype, verify every init/trainability target before touching
-any, apply them, and record a build receipt.
+allocation-free meta-device pass (one meta construction per distinct declaration and arguments,
+``instantiate.MetaProbe``), construct each node on the target device in the chosen RNG scope
+(under a device context only when the target is not already where torch allocates), cast to
+the compute dtype where that changes anything, verify every init/trainability target before
+touching any, apply them, and record a build receipt. None of the shortcuts draws or skips a
+random number: a seed gives the same parameters as constructing every node in full.
 
 Two budgets bound what a plan can make construction do. ``limits['max_node_modules']`` stops a
 node's constructor at the first module past the bound, on the meta device and for real.
@@ -14,10 +17,10 @@ E_RESOURCE naming the node, and whatever the build had made is released.
 
 from __future__ import annotations
 
-import inspect
 import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -29,9 +32,19 @@ from ..plan import PlanNode, ResolvedPlan
 from ..registry import Registry, using_registry
 from .graph_module import GraphModule
 from .initialize import apply_initialization, apply_trainability, check_targets
+from .instantiate import (
+    MetaProbe,
+    ModuleCounter,
+    cast_changes,
+    constructor_kwargs,
+    first_line,
+    instantiate,
+    is_allocation_failure,
+    registered_bytes,
+    state_tensors,
+)
 from .plain_layers import as_torch_layer
 from .ports import TORCH_DTYPES
-from .registrations import watching_registrations
 
 
 def build(
@@ -56,9 +69,10 @@ def parameter_counts(
     checked = validate_limits(limits)
     counts: dict[str, Optional[int]] = {}
     with limits_in_force(checked), active_specs(plan, registry) as specs:
+        probe = MetaProbe(TORCH_DTYPES[plan.dtype], checked["max_node_modules"])
         for node in plan.nodes:
-            module = meta_module(specs[node.id], node, TORCH_DTYPES[plan.dtype], checked["max_node_modules"])
-            counts[node.id] = None if module is None else sum(p.numel() for p in module.parameters())
+            measured = probe.measure(specs[node.id], node)
+            counts[node.id] = None if measured is None else measured.parameters
     return counts
 
 
@@ -141,23 +155,31 @@ def device_memory(device: torch.device) -> tuple[Optional[int], str]:
 
 def _construct(plan, module_class, specs, dtype, target, initialization_seed, checked, budget) -> GraphModule:
     limit, named = budget
-    estimated, per_node = _meta_pass(plan, specs, dtype, checked["max_node_modules"], limit, named)
+    kwargs: dict[str, dict] = {}
+    estimated, per_node = _meta_pass(plan, specs, dtype, checked["max_node_modules"], limit, named, kwargs)
     modules: dict[str, nn.Module] = {}
+    tensors: dict[str, tuple] = {}  # each module's state_tensors, read once
+    placement = device_placement(target)
+    counter = ModuleCounter(checked["max_node_modules"])
     try:
         with _rng_scope(initialization_seed, target):
-            for node in plan.nodes:
-                modules[node.id] = _materialize(specs[node.id], node, target, dtype, checked["max_node_modules"],
-                                                per_node.get(node.id), named)
-            for node in plan.nodes:
-                check_targets(
-                    modules[node.id], node=node.id, initialization=node.initialization,
-                    trainability=node.trainability, dtype=dtype,
-                )
-            for node in plan.nodes:
-                apply_initialization(modules[node.id], node.initialization)
-                apply_trainability(modules[node.id], node.trainability)
-        _check_ownership(modules)
-        built = sum(registered_bytes(module) for module in modules.values())
+            with counter.watching():
+                for node in plan.nodes:
+                    modules[node.id], tensors[node.id] = _materialize(
+                        specs[node.id], node, kwargs[node.id], target, placement, dtype, counter,
+                        per_node.get(node.id), named)
+            valid: dict[int, Any] = {}  # records already validated, by identity (plans share the defaults)
+            records = {
+                node.id: check_targets(modules[node.id], node=node.id, initialization=node.initialization,
+                                       trainability=node.trainability, dtype=dtype, valid=valid)
+                for node in plan.nodes
+            }
+            for node_id, checked_records in records.items():
+                if checked_records is not None:  # None: nothing to initialize or freeze
+                    apply_initialization(modules[node_id], checked_records[0])
+                    apply_trainability(modules[node_id], checked_records[1])
+        _check_ownership(modules, tensors)
+        built = sum(registered_bytes(modules[node_id], held) for node_id, held in tensors.items())
         if built > limit:
             raise HNDLError(
                 "E_RESOURCE",
@@ -166,6 +188,7 @@ def _construct(plan, module_class, specs, dtype, target, initialization_seed, ch
             )
     except BaseException:
         modules.clear()  # nothing half-built outlives a failed build
+        tensors.clear()
         if target.type == "cuda":
             torch.cuda.empty_cache()
         raise
@@ -180,8 +203,12 @@ def _construct(plan, module_class, specs, dtype, target, initialization_seed, ch
     })
     for module in modules.values():
         as_torch_layer(module)
-    traits = {node.id: node_traits(specs[node.id]) for node in plan.nodes}
-    return module_class(plan, modules, port_dtypes(plan, specs), receipt, target, traits)
+    traits: dict[int, frozenset[str]] = {}
+    for spec in specs.values():
+        if id(spec) not in traits:
+            traits[id(spec)] = node_traits(spec)
+    node_trait_sets = {node.id: traits[id(specs[node.id])] for node in plan.nodes}
+    return module_class(plan, modules, port_dtypes(plan, specs), receipt, target, node_trait_sets)
 
 
 class BuildReceipt(Mapping):
@@ -279,93 +306,23 @@ class _SeededScope:
         return self._fork.__exit__(*exc)
 
 
-_SIGNATURES: dict[type, inspect.Signature] = {}
-
-
-def constructor_kwargs(spec: OperatorSpec, node: PlanNode) -> dict[str, Any]:
-    """Every declared argument, plus the shape symbols and port shapes the constructor asks for."""
-    signature = _SIGNATURES.get(spec.cls)
-    if signature is None:
-        signature = _SIGNATURES[spec.cls] = inspect.signature(spec.cls.__init__)
-    kwargs = dict(node.args)
-    wanted = set(signature.parameters)
-    if "input_shapes" in wanted:
-        kwargs["input_shapes"] = dict(node.input_shapes)
-    if "output_shapes" in wanted:
-        kwargs["output_shapes"] = dict(node.output_shapes)
-    symbols = [name for name in spec.shape.symbols if name in wanted]
-    if symbols:
-        values = symbol_values(spec, node)
-        kwargs.update({name: values[name] for name in symbols if name in values})
-    return kwargs
-
-
-def symbol_values(spec: OperatorSpec, node: PlanNode) -> dict[str, int]:
-    """Read each DSL symbol's resolved extent off the node's concrete port shapes."""
-    values: dict[str, int] = {}
-    for patterns, shapes in ((spec.shape.inputs, node.input_shapes), (spec.shape.outputs, node.output_shapes)):
-        for pattern in patterns:
-            if pattern.dims is None:
-                continue
-            ports = [port for port in shapes if port == pattern.name or (pattern.variadic and port.startswith(pattern.name))]
-            for port in ports:
-                shape = shapes[port]
-                split = next((i for i, dim in enumerate(pattern.dims) if dim.kind == "ellipsis"), len(pattern.dims))
-                head = list(zip(pattern.dims[:split], shape))
-                tail = list(zip(pattern.dims[split + 1:], shape[len(shape) - (len(pattern.dims) - split - 1):])) if split < len(pattern.dims) else []
-                for dim, extent in head + tail:
-                    if dim.kind == "symbol" and isinstance(extent, int):
-                        values.setdefault(dim.symbol, extent // dim.scale)
-    return values
-
-
-def _instantiate(spec: OperatorSpec, node: PlanNode) -> nn.Module:
-    module = spec.cls(**constructor_kwargs(spec, node))
-    if not isinstance(module, nn.Module):
-        raise HNDLError("E_REGISTRY", f"{spec.qualified} constructed {type(module).__name__}, not an nn.Module", node=node.id)
-    return module
-
-
-def meta_module(spec: OperatorSpec, node: PlanNode, dtype: torch.dtype, module_bound: int) -> Optional[nn.Module]:
-    """``node``'s module built on the meta device in ``dtype``, or None where that is not possible.
-
-    Only a construction that fails for being on the meta device gives None (the node is then
-    measured after real construction). HNDL errors, such as more than ``module_bound`` modules,
-    and running out of memory propagate: falling back to real construction would repeat them.
-    """
-    try:
-        with torch.device("meta"), bounded_modules(node, module_bound):
-            module = _instantiate(spec, node)
-    except HNDLError:
-        raise
-    except Exception as error:
-        if _is_allocation_failure(error):
-            reason = _first_line(error)
-        else:
-            return None
-    else:
-        return module.to(dtype=dtype) if _has_floating_state(module) else module
-    raise HNDLError(
-        "E_RESOURCE",
-        f"node {node.id!r} ({node.op}) ran out of memory while being measured on the meta device: {reason}",
-        node=node.id,
-        remedies=("Shrink the node's arguments; its constructor needs more host memory than is available.",),
-    )
-
-
 def _meta_pass(plan: ResolvedPlan, specs: dict[str, OperatorSpec], dtype: torch.dtype, module_bound: int,
-               budget: int, named: str) -> tuple[int, dict[str, int]]:
+               budget: int, named: str, kwargs: dict[str, dict]) -> tuple[int, dict[str, int]]:
     """Sum each node's storage on the meta device and stop before allocating past ``budget``.
 
-    Returns the total and each probed node's bytes (what its real construction will need).
+    Returns the total and each probed node's bytes (what its real construction will need), and
+    fills ``kwargs`` with each node's ``constructor_kwargs`` for the real construction.
     """
     total = 0
     per_node: dict[str, int] = {}
+    probe = MetaProbe(dtype, module_bound)
     for node in plan.nodes:
-        module = meta_module(specs[node.id], node, dtype, module_bound)
-        if module is None:
+        spec = specs[node.id]
+        arguments = kwargs[node.id] = constructor_kwargs(spec, node)
+        measured = probe.measure(spec, node, arguments)
+        if measured is None:
             continue  # measured after real construction
-        per_node[node.id] = registered_bytes(module)
+        per_node[node.id] = measured.state_bytes
         total += per_node[node.id]
         if total > budget:
             raise HNDLError(
@@ -378,18 +335,31 @@ def _meta_pass(plan: ResolvedPlan, specs: dict[str, OperatorSpec], dtype: torch.
     return total, per_node
 
 
-def _materialize(spec: OperatorSpec, node: PlanNode, target: torch.device, dtype: torch.dtype, module_bound: int,
-                 needed: Optional[int], named: str) -> nn.Module:
-    """Construct ``node`` on ``target`` in ``dtype``; a failed allocation is E_RESOURCE naming the node."""
+def _materialize(spec: OperatorSpec, node: PlanNode, kwargs: Mapping[str, Any], target: torch.device, placement: Any,
+                 dtype: torch.dtype, counter: ModuleCounter, needed: Optional[int],
+                 named: str) -> tuple[nn.Module, tuple]:
+    """Construct ``node`` from ``kwargs`` on ``target`` (``placement`` makes it the default device) in
+    ``dtype``, counting its modules (``counter``, watching); returns the module and its ``state_tensors``.
+
+    A failed allocation is E_RESOURCE naming the node.
+    """
     module = None
     try:
-        with torch.device(target), bounded_modules(node, module_bound):
-            module = _instantiate(spec, node)
-        return module.to(dtype=dtype) if _has_floating_state(module) else module
+        counter.start(node)
+        try:
+            with placement:
+                module = instantiate(spec, node, kwargs)
+        finally:
+            counter.stop()
+        held = state_tensors(module)
+        if cast_changes(held, dtype):
+            module = module.to(dtype=dtype)
+            held = state_tensors(module)
+        return module, held
     except Exception as error:
-        if not _is_allocation_failure(error):
+        if not is_allocation_failure(error):
             raise
-        reason = _first_line(error)
+        reason = first_line(error)
     module = None  # raised outside the handler: no traceback keeps the partial module alive
     size = f"{needed} bytes of registered state" if needed is not None else \
         "registered state of a size the meta device could not measure"
@@ -406,63 +376,21 @@ def _materialize(spec: OperatorSpec, node: PlanNode, target: torch.device, dtype
     )
 
 
-def _is_allocation_failure(error: BaseException) -> bool:
-    """Whether ``error`` is an allocator refusing memory (CPU, CUDA or Python's own)."""
-    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
-        return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+def device_placement(target: torch.device) -> Any:
+    """The context that makes ``target`` the default device while nodes are constructed.
 
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"
-
-
-@contextmanager
-def bounded_modules(node: PlanNode, bound: int) -> Iterator[None]:
-    """Stop ``node``'s construction on this thread once it registers more than ``bound`` modules.
-
-    The count starts at one (the node's own module) and adds every submodule registered while the
-    block runs, through torch's global module-registration hook (removed on exit). Exceeding the
-    bound is E_RESOURCE raised from inside the constructor, so no further module is built.
+    None is needed (an empty context) when a factory call without a device already lands on
+    ``target``: torch's device context intercepts every torch call in a constructor, which
+    doubles the cost of building an ``nn.Linear``.
     """
-    count = 1
-
-    def counted(_name: str, _submodule: nn.Module) -> None:
-        nonlocal count
-        count += 1
-        if count > bound:
-            raise HNDLError(
-                "E_RESOURCE",
-                f"node {node.id!r} ({node.op}) creates more than {bound} torch modules, above "
-                f"limits['max_node_modules']={bound}",
-                node=node.id,
-                remedies=("Shrink the arguments that make the node repeat submodules, or raise "
-                          "limits['max_node_modules'].",),
-            )
-
-    with watching_registrations(on_module=counted):
-        yield
+    return nullcontext() if torch.empty(0).device == target else torch.device(target)
 
 
-def _has_floating_state(module: nn.Module) -> bool:
-    return any(t.is_floating_point() for t in (*module.parameters(), *module.buffers()))
+def _check_ownership(modules: Mapping[str, nn.Module], tensors: Mapping[str, tuple]) -> None:
+    """Each node owns its module and its storage; sharing across nodes is E_REGISTRY.
 
-
-def registered_bytes(module: nn.Module) -> int:
-    """Bytes of the distinct parameters and buffers ``module`` registers."""
-    seen = set()
-    total = 0
-    for tensor in (*module.parameters(), *module.buffers()):
-        if id(tensor) not in seen:
-            seen.add(id(tensor))
-            total += tensor.numel() * tensor.element_size()
-    return total
-
-
-def _check_ownership(modules: Mapping[str, nn.Module]) -> None:
-    """Each node owns its module and its storage; sharing across nodes is E_REGISTRY."""
+    ``tensors`` holds each node's ``state_tensors``.
+    """
     owner_of_module: dict[int, str] = {}
     owner_of_storage: dict[tuple, str] = {}
     for node_id, module in modules.items():
@@ -470,7 +398,7 @@ def _check_ownership(modules: Mapping[str, nn.Module]) -> None:
             other = owner_of_module.setdefault(id(sub), node_id)
             if other != node_id:
                 raise HNDLError("E_REGISTRY", f"nodes {other!r} and {node_id!r} share one module instance", node=node_id)
-        for tensor in (*module.parameters(), *module.buffers()):
+        for tensor in tensors[node_id]:
             if tensor.device.type == "meta" or tensor.numel() == 0:
                 continue
             key = (tensor.device, tensor.untyped_storage().data_ptr())
@@ -498,9 +426,15 @@ def port_dtypes(plan: ResolvedPlan, specs: dict[str, OperatorSpec]) -> dict[str,
     """Expected input and produced output dtypes per node, by the declarations' one rule."""
     carried = {f"input:{port['name']}": port["dtype"] for port in plan.inputs}
     result = {}
+    known: dict[tuple, tuple] = {}  # the rule reads the declaration, the port names and the carried dtypes
     for node in plan.nodes:
+        spec = specs[node.id]
         incoming = [carried[ref] for ref in node.inputs.values()]
-        expected, produced = specs[node.id].port_dtypes(node.inputs, node.outputs, compute=plan.dtype, carried=incoming)
+        key = (id(spec), tuple(node.inputs), tuple(node.outputs), tuple(incoming))
+        dtypes = known.get(key)
+        if dtypes is None:
+            dtypes = known[key] = spec.port_dtypes(node.inputs, node.outputs, compute=plan.dtype, carried=incoming)
+        expected, produced = dtypes
         for port, dtype in produced.items():
             carried[f"node:{node.id}/{port}"] = dtype
         result[node.id] = (expected, produced)

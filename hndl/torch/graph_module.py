@@ -14,7 +14,10 @@ design):
   65th clears them.
 * Later calls with a remembered signature run a generated straight-line fast path, and under
   torch.compile forward traces a generated straight-line copy of the checked program, without
-  the cache; ``hndl.torch.programs`` generates both and explains how they are built.
+  the cache; ``hndl.torch.programs`` generates both and explains how they are built. The
+  traced program is generated with the module (dynamo must find it in place: a program
+  generated on dynamo's first look would change the guards of every compiled entry); the fast
+  path when the first signature is remembered, since no call can take it before.
   ``__call__`` goes straight to ``forward`` when ``nn.Module.__call__`` would do nothing else
   (no hooks, no JIT tracing).
 * ``_apply`` (``.to()``, ``.cuda()``, ``.double()``, ...) on this module clears the
@@ -55,6 +58,8 @@ from __future__ import annotations
 
 import copy
 import keyword
+import threading
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
 import torch
@@ -115,6 +120,28 @@ def _forward_with_args(graph: "GraphModule", args: tuple) -> Any:
     if not args:
         return graph._entry(graph, {})  # nothing given: the binding error names what is missing
     outside_graph(graph, "_reject_positional", len(args))
+
+
+def _deferred_entry(graph: "GraphModule", inputs: Mapping[str, Any]) -> Any:
+    """``entry`` until the fast paths exist: the checked program until a signature is remembered."""
+    if _is_dynamo_compiling():  # folded while tracing: dynamo never generates anything
+        return graph._traced_call(inputs)
+    if not graph._signatures:
+        return graph._checked_call(inputs)
+    return graph._fast_paths()[0](graph, inputs)
+
+
+def _deferred_positional(graph: "GraphModule", args: tuple) -> Any:
+    """``positional`` until the fast paths exist (only called once dynamo is ruled out)."""
+    if not graph._signatures:
+        return graph._positional_call(args)
+    return graph._fast_paths()[1](graph, args)
+
+
+#: ``_entry``, ``_positional``, ``_fast_lines``, ``_fast_reads`` while the fast paths are deferred.
+_DEFERRED = (_deferred_entry, _deferred_positional, MappingProxyType({}), ())
+#: Held while a graph generates its fast paths (rarely, and briefly).
+_GENERATING = threading.Lock()
 
 
 #: One class per (base, tuple of input names): see ``signature_class``.
@@ -251,14 +278,30 @@ class GraphModule(nn.Module):
         state["_bare"] = tuple(True for _ in steps)
 
     def _generate(self) -> None:
-        """Compile the fast paths for remembered signatures, then the traced program.
+        """Defer the fast paths for remembered signatures, then compile the traced program.
 
-        ``programs.fast_program`` writes ``entry`` / ``positional``; see ``_generate_traced``.
+        The fast paths serve only signatures the checked program has validated, so until the
+        first is remembered ``_entry`` / ``_positional`` are stand-ins (``_deferred_entry``)
+        that run the checked program, and ``programs.fast_program`` writes the real ones when
+        one is; a build that is never called twice never pays for them. See ``_generate_traced``.
         """
         state = self.__dict__
-        state["_entry"], state["_positional"], state["_fast_lines"], state["_fast_reads"] = fast_program(self)
-        state["_args_call"] = state["_positional"] if self._positional_inputs else _forward_with_args
+        state["_entry"], state["_positional"], state["_fast_lines"], state["_fast_reads"] = _DEFERRED
+        state["_args_call"] = _deferred_positional if self._positional_inputs else _forward_with_args
         self._generate_traced()
+
+    def _fast_paths(self) -> tuple[Callable, Callable]:
+        """The generated ``entry`` and ``positional``, generating them if they are still deferred.
+
+        Under a lock, so that threads making the first fast calls at once generate them once.
+        """
+        with _GENERATING:
+            state = self.__dict__
+            if state["_entry"] is _deferred_entry:
+                state["_entry"], state["_positional"], state["_fast_lines"], state["_fast_reads"] = fast_program(self)
+                if self._positional_inputs:
+                    state["_args_call"] = state["_positional"]
+            return state["_entry"], state["_positional"]
 
     # -- forward -----------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -665,3 +708,8 @@ class GraphModule(nn.Module):
 
     def __repr__(self) -> str:
         return shape_table(self.plan)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the plan's diagram above the shape table ``print(model)`` shows (the table alone
+        when drawing fails)."""
+        return self.plan._repr_html_()

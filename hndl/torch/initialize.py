@@ -15,7 +15,8 @@ draws from whatever RNG state the caller's scope selected.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -321,8 +322,15 @@ def check_targets(
     initialization: Mapping,
     trainability: Mapping,
     dtype: torch.dtype,
-) -> None:
+    valid: Optional[dict[int, Any]] = None,
+) -> Optional[tuple[dict, dict]]:
     """Verify a node's records against its constructed module; change nothing.
+
+    Returns the checked records to pass to ``apply_initialization`` and ``apply_trainability``,
+    or None when they would change nothing (no override, no trainability default), so a
+    builder need not look at the node again. ``valid`` (one dictionary per build) remembers the
+    records already validated, by identity, as the nodes of a plan share the default records;
+    the records must stay alive and unchanged while it is in use, as a plan's frozen records do.
 
     Every path must name a registered parameter (not a buffer); aliases of one parameter
     must agree; initialization targets must be materialized floating parameters in the
@@ -331,13 +339,24 @@ def check_targets(
     compute dtype for the parameter's shape (``scheme_reach``); trainability may not enable
     gradients on an integer parameter, and parameters sharing storage must end with one flag.
     """
-    init = check_initialization_record(initialization, node=node)
-    train = check_trainability_record(trainability, node=node)
+    init = _checked(check_initialization_record, initialization, node, valid)
+    train = _checked(check_trainability_record, trainability, node, valid)
     if not init["overrides"] and train["default"] is None and not train["overrides"]:
-        return
+        return None
     inventory = _Inventory(module)
     _check_initialization(inventory, init, node=node, dtype=dtype)
     _check_trainability(inventory, train, node=node)
+    return init, train
+
+
+def _checked(check: Any, record: Any, node: str, valid: Optional[dict[int, Any]]) -> dict:
+    """``check(record, node=node)``, once per record object where ``valid`` remembers them."""
+    if valid is None:
+        return check(record, node=node)
+    entry = valid.get(id(record))
+    if entry is None or entry[0] is not record:
+        entry = valid[id(record)] = (record, check(record, node=node))
+    return entry[1]
 
 
 def _apply_scheme(param: torch.Tensor, record: Mapping[str, Any]) -> None:

@@ -43,8 +43,16 @@ def torch_layer(cls: type) -> Optional[type]:
     return base
 
 
+#: ``torch_layer`` per declared class, read once: a class's namespace and bases do not change.
+_LAYERS: dict[type, Optional[type]] = {}
+
+
 def as_torch_layer(module: nn.Module) -> None:
     """Re-type ``module`` as the torch layer its class only configures (``torch_layer``); else leave it."""
-    base = torch_layer(type(module))
+    cls = type(module)
+    try:
+        base = _LAYERS[cls]
+    except KeyError:
+        base = _LAYERS[cls] = torch_layer(cls)
     if base is not None:
         module.__class__ = base

@@ -16,6 +16,7 @@ values it reads and writes, its ports and its source location).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Optional
 
 import torch
@@ -83,7 +84,7 @@ class Port:
         #: ``.to(torch.bfloat16)``) moved the module, the dtype it moved to.
         self.dtype = casts.get(declared, declared)
         self.floating = self.dtype in FLOATING
-        self.entries = tuple(_entry(value, batch) for value in shape)
+        self.entries = port_entries(tuple(shape), batch)
 
     def expected(self, batch: int) -> list:
         return [value * batch if kind else value for kind, value, _ in self.entries]
@@ -164,6 +165,12 @@ def node_place(alias: str, line: Optional[int], column: Optional[int]) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=4096)
+def port_entries(shape: tuple, batch: str) -> tuple[tuple[bool, int, str], ...]:
+    """A shape's compiled entries (``_entry`` each); ports of one shape share them, as shapes repeat."""
+    return tuple(_entry(value, batch) for value in shape)
+
+
 def _entry(value: Any, batch: str) -> tuple[bool, int, str]:
     """(is a batch entry, multiple or extent, original text)."""
     if isinstance(value, int):
@@ -180,22 +187,25 @@ class Step:
                  traits: frozenset = frozenset(), casts: Mapping[torch.dtype, torch.dtype] = {}) -> None:
         self.module = module
         self.node = node
-        self.reads = tuple(node.inputs.values())
-        self.writes = tuple(f"node:{node.id}/{port}" for port in node.outputs)
+        node_id, alias, inputs, outputs = node.id, node.alias, node.inputs, node.outputs
+        self.reads = tuple(inputs.values())
+        self.writes = tuple([f"node:{node_id}/{port}" for port in outputs])
         expected, produced = dtypes
-        self.ports_in = tuple(
-            Port(f"{node.alias} {node.id!r} input {port!r} (from {ref})", port, node.input_shapes[port], expected[port],
-                 batch, casts)
-            for port, ref in node.inputs.items()
-        )
-        self.ports_out = tuple(
-            Port(f"{node.alias} {node.id!r} output {port!r}", port, node.output_shapes[port], produced[port], batch, casts)
-            for port in node.outputs
-        )
-        line = node.source.get("line")
-        column = node.source.get("column") if line else None
-        self.where = node_place(node.alias, line, column)
-        self.location = {"node": node.id, "line": line, "column": column}
+        shapes = node.input_shapes
+        self.ports_in = tuple([
+            Port(f"{alias} {node_id!r} input {port!r} (from {ref})", port, shapes[port], expected[port], batch, casts)
+            for port, ref in inputs.items()
+        ])
+        shapes = node.output_shapes
+        self.ports_out = tuple([
+            Port(f"{alias} {node_id!r} output {port!r}", port, shapes[port], produced[port], batch, casts)
+            for port in outputs
+        ])
+        source = node.source
+        line = source.get("line")
+        column = source.get("column") if line else None
+        self.where = node_place(alias, line, column)
+        self.location = {"node": node_id, "line": line, "column": column}
         self.release: tuple = ()
         self.opaque = "opaque" in traits
 

@@ -34,7 +34,8 @@ from ..errors import HNDLError
 from ..limits import limits_in_force, validate_limits
 from ..plan import ResolvedPlan
 from ..registry import Registry
-from .build import active_specs, build, check_device, meta_module, port_dtypes, registered_bytes, seed_problem
+from .build import active_specs, build, check_device, port_dtypes, seed_problem
+from .instantiate import meta_module, registered_bytes
 
 __all__ = ["dry_run", "preflight"]
 

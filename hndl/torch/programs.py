@@ -1,9 +1,12 @@
 """The generated programs of a GraphModule: the fast path and the program torch.compile traces.
 
 Both are straight-line Python source written from the module's steps (``hndl.torch.ports``)
-and compiled with ``exec``. GraphModule generates both at construction (and unpickling or
-deepcopy), both again when a node stops returning a bare tensor, and the traced program again
-after ``_apply`` (the device is bound into it).
+and compiled with ``exec``. Each function takes the GraphModule to compile and reads its
+steps, inputs and outputs; ``hndl.torch.graph_module`` imports this module and is never
+imported back. GraphModule generates the traced program at construction (and unpickling or
+deepcopy), and the fast path when its first input signature has been validated (until then no
+call could take it); both again when a node stops returning a bare tensor, and the traced
+program again after ``_apply`` (the device is bound into it).
 
 * The fast path (``fast_program``). Calls with a remembered input signature build the
   signature tuple, look it up, run a generated straight-line function that calls each bound
@@ -28,14 +31,12 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
+from torch import nn
 
 from .ports import Port, autocast_dtypes
-
-if TYPE_CHECKING:
-    from .graph_module import GraphModule
 
 __all__ = ["fast_program", "traced_program", "signature", "outside_graph"]
 
@@ -74,14 +75,14 @@ def autocast_key() -> tuple:
 INPUT_FIELDS = ("shape", "dtype", "device")
 
 
-def signature(graph: GraphModule, inputs: Mapping[str, Any]) -> tuple:
+def signature(graph: nn.Module, inputs: Mapping[str, Any]) -> tuple:
     """The signature of a call with these inputs: the key the fast paths look up."""
     key = [getattr(inputs[name], field) for name in graph._input_names for field in INPUT_FIELDS]
     key += [graph.training, autocast_key() if _any_autocast() else False]
     return tuple(key)
 
 
-def fast_program(graph: GraphModule) -> tuple[Callable, Callable, dict[int, int], tuple]:
+def fast_program(graph: nn.Module) -> tuple[Callable, Callable, dict[int, int], tuple]:
     """Compile the fast paths for remembered signatures into straight-line functions.
 
     ``entry(graph, inputs)`` serves ``forward(**inputs)`` and returns the output dict;
@@ -211,7 +212,7 @@ def fast_program(graph: GraphModule) -> tuple[Callable, Callable, dict[int, int]
     return entry, positional, fast_lines, tuple(fast_reads)
 
 
-def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
+def traced_program(graph: nn.Module) -> tuple[Callable, Callable]:
     """Compile the checked program for torch.compile into one straight-line function.
 
     Every port check is written out with its extents as literals and its dtype and device as
@@ -260,19 +261,10 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
         ):
             return  # the producer's output check already established this contract
         checked[value] = (port.entries, port.dtype)
-        extents = ", ".join(
-            ("b" if extent == 1 else f"{extent} * b") if kind else str(extent) for kind, extent, _ in port.entries
-        )
-        condition = f"not isinstance({value}, Tensor) or {value}.shape != ({extents}{',' if len(port.entries) == 1 else ''})"
-        if port.dtype is not None:
-            dtype = str(port.dtype).split('.')[-1]
+        condition, dtype = _check_condition(port.entries, port.dtype, port.floating)
+        if dtype is not None:
             bound[dtype] = port.dtype
-            if port.floating:  # under autocast a floating port may also carry autocast's dtypes
-                condition += f" or ({value}.dtype is not {dtype} and {value}.dtype not in loose)"
-            else:
-                condition += f" or {value}.dtype is not {dtype}"
-        condition += f" or {value}.device != device"
-        lines.append(f"    if {condition}: fail(graph, '_traced_failure', {where}, {value}, b)")
+        lines.append(f"    if {condition.replace(_VALUE, value)}: fail(graph, '_traced_failure', {where}, {value}, b)")
 
     for index, (name, argument) in enumerate(zip(names, arguments)):
         check(argument, graph._inputs[index][1], f"None, {index}")
@@ -310,6 +302,32 @@ def traced_program(graph: GraphModule) -> tuple[Callable, Callable]:
     source = "\n".join(lines).replace("DEFAULTS", ", ".join(bound))
     traced, traced_positional = _traced_templates(source)
     return _instance(traced, bound), _instance(traced_positional, bound)
+
+
+#: Where a port check's condition names the value it checks (``_check_condition``).
+_VALUE = "@"
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_condition(entries: tuple, dtype: Optional[torch.dtype], floating: bool) -> tuple[str, Optional[str]]:
+    """A port check's condition with ``_VALUE`` for the value, and the name of its dtype (None for any).
+
+    Written once per contract: the ports of a network repeat few contracts.
+    """
+    extents = ", ".join(
+        ("b" if extent == 1 else f"{extent} * b") if kind else str(extent) for kind, extent, _ in entries
+    )
+    value = _VALUE
+    condition = f"not isinstance({value}, Tensor) or {value}.shape != ({extents}{',' if len(entries) == 1 else ''})"
+    name = None
+    if dtype is not None:
+        name = str(dtype).split('.')[-1]
+        if floating:  # under autocast a floating port may also carry autocast's dtypes
+            condition += f" or ({value}.dtype is not {name} and {value}.dtype not in loose)"
+        else:
+            condition += f" or {value}.dtype is not {name}"
+    condition += f" or {value}.device != device"
+    return condition, name
 
 
 @functools.lru_cache(maxsize=256)

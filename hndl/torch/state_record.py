@@ -40,8 +40,8 @@ def record_state(container: nn.Module, node_of: Mapping[str, str]) -> tuple:
         children = tuple(module._modules.items())
         entries.append((
             path, node, module,
-            tuple((name, value is not None) for name, value in module._parameters.items()),
-            tuple((name, value is not None) for name, value in module._buffers.items()),
+            tuple([(name, value is not None) for name, value in module._parameters.items()]),
+            tuple([(name, value is not None) for name, value in module._buffers.items()]),
             children,
         ))
         for name, child in reversed(children):

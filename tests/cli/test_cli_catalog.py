@@ -18,7 +18,7 @@ def test_the_linear_page(cli):
     assert result.out == _page("linear", "basic", ("basic", "vision", "transformer", "pretrained"))
     assert result.out.startswith("# `linear`\n\nAffine map over the last axis")
     assert "- Identity: `linear@1`\n- Pack: `basic`" in result.out
-    assert "```mermaid\nflowchart TD\n" in result.out
+    assert "```{graphviz}\n:alt: The resolved plan of example 1: " in result.out
 
 
 def test_a_page_from_chosen_packs(cli):

@@ -1,18 +1,17 @@
-"""`hndl graph SPEC ... -o out.svg|out.mmd|out.dot|-`: the plan drawn with its resolved shapes."""
+"""`hndl graph SPEC ... -o out.svg|out.png|out.mmd|out.dot|-`: the plan drawn with its resolved shapes."""
 
 from __future__ import annotations
 
-import re
 import shutil
-import sys
-import textwrap
+import struct
 
 import pytest
 
 import hndl
 from hndl import Registry
 from hndl.docs.diagram import mermaid
-from hndl.docs.dot import dot
+from hndl.drawing.dot import plan_dot
+from hndl.drawing.graphviz import render
 
 GENERATOR_CONTRACTS = ("--input-shape", "B,128", "--output-shape", "B,3,32,32")
 
@@ -57,89 +56,57 @@ def test_dot_file(cli, specs, examples, tmp_path, discriminator_plan):
                  "-o", target)
     assert result.rc == 0, result.err
     text = target.read_text(encoding="utf-8")
-    assert text == dot(discriminator_plan)
-    assert text.startswith("digraph plan {\n    rankdir=LR;\n") and text.endswith("}\n")
-    # One box per node with its alias, one ellipse per input and output.
-    for node in discriminator_plan.nodes:
-        assert f'    "node:{node.id}" [shape=box, label="{node.id}: {node.alias}"];' in text
-    assert '    "input:x" [shape=ellipse, label="x\\n[B, 1, 28, 28] float32"];' in text
-    assert '    "output:features" [shape=ellipse, label="features\\n[B, 12544]"];' in text
-    # Edges carry resolved shapes; a multi-input node names the port; the node named like an
-    # output stays a different graph key.
+    assert text == plan_dot(discriminator_plan)
+    assert text.startswith("digraph plan {\n") and "rankdir=TB" in text and text.endswith("}\n")
+    for node in discriminator_plan.nodes:  # one box per node: its id and operator
+        assert f'    "node:{node.id}" [label=<<b>{node.id}</b>: {node.alias}<br/>' in text
+    assert '"input:x" [shape=ellipse' in text and "label=<<b>x</b><br/>[B, 1, 28, 28] float32>" in text
+    assert '"output:features" [shape=ellipse' in text and "label=<<b>features</b><br/>[B, 12544]>" in text
     assert '    "input:y" -> "node:label_projection" [label="[B, 10]"];' in text
     assert '    "node:label_plane" -> "node:conditioned" [label="x1 [B, 1, 28, 28]"];' in text
     assert '    "node:features" -> "output:features" [label="[B, 12544]"];' in text
-    edges = re.findall(r'^    "[^"]+" -> "[^"]+" \[label="[^"]*"\];$', text, flags=re.M)
-    inputs = sum(len(node.inputs) for node in discriminator_plan.nodes)
-    assert len(edges) == inputs + len(discriminator_plan.outputs)
 
 
-def test_dot_strings_are_quoted_and_escaped():
-    from hndl.docs.dot import _quote
+def without_graphviz_on_path(tmp_path) -> dict:
+    """An environment whose PATH holds only a folder with no `dot` and no `graphviz-pure`."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    assert shutil.which("dot", path=str(empty)) is None and shutil.which("graphviz-pure", path=str(empty)) is None
+    return {"PATH": str(empty)}
 
-    assert _quote('say "hi"\\now\nnext') == '"say \\"hi\\"\\\\now\\nnext"'
 
-
-def test_svg_with_the_graphviz_on_this_machine(cli, specs, tmp_path):
+def test_svg_out_of_the_box_without_dot_on_path(cli, specs, tmp_path):
     target = tmp_path / "generator.svg"
-    result = cli("graph", specs.generator, *GENERATOR_CONTRACTS, "-o", target)
-    if shutil.which("dot"):
-        assert result.rc == 0, result.err
-        text = target.read_text(encoding="utf-8")
-        assert "<svg" in text and "n2: reshape" in text and "[B, 512, 4, 4]" in text
-    else:
-        # No Graphviz here: the command says so clearly, exits 2, and writes nothing.
-        assert result.rc == 2
-        assert result.out == ""
-        assert result.err == (
-            "hndl graph: error: rendering .svg needs the Graphviz `dot` executable, which is not on PATH; "
-            "install Graphviz (e.g. `apt-get install graphviz`), or write -o out.dot or -o out.mmd instead\n")
-        assert not target.exists()
-
-
-def _fake_dot(folder, body: str):
-    """A `dot` executable (a Python script) that stands in for Graphviz."""
-    folder.mkdir()
-    script = folder / "dot"
-    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body), encoding="utf-8")
-    script.chmod(0o755)
-    return {"PATH": f"{folder}:/usr/bin:/bin"}
-
-
-def test_svg_is_rendered_by_dot_from_the_dot_text(cli, specs, tmp_path, generator_plan):
-    env = _fake_dot(tmp_path / "graphviz", """\
-        import sys
-        args = sys.argv[1:]
-        assert args[0] == "-Tsvg" and args[1] == "-o", args
-        text = sys.stdin.read()
-        with open(args[2], "w") as out:
-            out.write("<svg><!--" + text + "--></svg>\\n")
-    """)
-    target = tmp_path / "generator.svg"
-    result = cli("graph", specs.generator, *GENERATOR_CONTRACTS, "-o", target, env=env)
+    result = cli("graph", specs.generator, *GENERATOR_CONTRACTS, "-o", target, env=without_graphviz_on_path(tmp_path))
     assert result.rc == 0, result.err
-    assert target.read_text(encoding="utf-8") == "<svg><!--" + dot(generator_plan) + "--></svg>\n"
+    assert (result.out, result.err) == ("", "")
+    text = target.read_text(encoding="utf-8")
+    assert text.lstrip().startswith("<?xml") and "<svg" in text and text.rstrip().endswith("</svg>")
+    assert ">n2</text>" in text and ">: reshape</text>" in text and ">[B, 512, 4, 4]</text>" in text
+    assert "graphviz-pure" in text  # drawn by the bundled program, not a system Graphviz
     assert [path.name for path in tmp_path.iterdir() if path.suffix == ".svg"] == ["generator.svg"]
 
 
-def test_a_failing_dot_is_reported_and_leaves_no_file(cli, specs, tmp_path):
-    env = _fake_dot(tmp_path / "graphviz", """\
-        import sys
-        sys.stderr.write("Error: <stdin>: syntax error in line 1\\n")
-        sys.exit(1)
-    """)
+def test_png_out_of_the_box_without_dot_on_path(cli, specs, tmp_path):
+    target = tmp_path / "generator.png"
+    result = cli("graph", specs.generator, *GENERATOR_CONTRACTS, "-o", target, env=without_graphviz_on_path(tmp_path))
+    assert result.rc == 0, result.err
+    data = target.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert height > width > 100  # a top-down chain of 11 nodes
+
+
+def test_the_svg_is_the_drawing_of_the_dot_output(cli, specs, tmp_path, generator_plan):
     target = tmp_path / "generator.svg"
-    result = cli("graph", specs.generator, *GENERATOR_CONTRACTS, "-o", target, env=env)
-    assert result.rc == 2
-    assert result.err.startswith("hndl graph: error: Graphviz `dot` (")
-    assert "failed to render" in result.err and "syntax error in line 1" in result.err
-    assert not any(path.suffix == ".svg" for path in tmp_path.iterdir())
+    assert cli("graph", specs.generator, *GENERATOR_CONTRACTS, "-o", target).rc == 0
+    assert target.read_bytes() == render(plan_dot(generator_plan), "svg")
 
 
 def test_an_unknown_format(cli, specs, tmp_path):
-    result = cli("graph", specs.generator, *GENERATOR_CONTRACTS, "-o", tmp_path / "generator.png")
+    result = cli("graph", specs.generator, *GENERATOR_CONTRACTS, "-o", tmp_path / "generator.gif")
     assert result.rc == 2
-    assert "cannot tell the graph format of" in result.err and ".svg, .mmd or .dot" in result.err
+    assert "cannot tell the graph format of" in result.err and ".svg, .png, .mmd or .dot" in result.err
 
 
 def test_a_failing_spec_draws_nothing(cli, specs, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from hndl import Registry
 from hndl.docs.__main__ import main
-from hndl.docs.catalog import catalog_pages, default_packs
+from hndl.docs.catalog import catalog_pages, catalog_toctrees, default_packs
 from hndl.docs.diagram import mermaid
 import hndl
 
@@ -22,12 +22,12 @@ def pages():
     return catalog_pages(("basic", "vision"))
 
 
-def test_one_page_per_operator_plus_an_index(pages):
+def test_one_page_per_operator_plus_an_index_and_a_page_per_pack(pages):
     registry = Registry.from_packs("basic", "vision")
     expected = {f"basic/{spec.alias}.md" for spec in Registry.from_packs("basic")}
     expected |= {f"vision/{spec.alias}.md" for spec in Registry.from_packs("vision")}
-    assert set(pages) == expected | {"index.md"}
-    assert len(pages) == len(registry) + 1
+    assert set(pages) == expected | {"index.md", "basic.md", "vision.md"}
+    assert len(pages) == len(registry) + 3
 
 
 def test_a_page_publishes_the_whole_declaration(pages):
@@ -39,7 +39,10 @@ def test_a_page_publishes_the_whole_declaration(pages):
     assert "| `padding` | \"pair\" | `(0, 0)` | >= 0 | keyword only |" in page
     assert "| `down2` | `spatial.down2_conv@1` |" in page
     assert "0      n0    conv       [B, 3, 16, 16]  [B, 8, 16, 16]" in page  # the resolved example
-    assert "```mermaid\nflowchart TD" in page
+    # The example's diagram: Graphviz DOT, drawn to SVG when the site is built.
+    assert "```{graphviz}\n:alt: The resolved plan of example 1: x [B, 3, 16, 16] through conv to output" in page
+    assert '"node:n0" [label=<<b>n0</b>: conv<br/><font point-size="10">[B, 8, 16, 16]</font>>];' in page
+    assert "mermaid" not in page and "flowchart" not in page
 
 
 def test_the_index_groups_by_pack_and_category(pages):
@@ -47,6 +50,21 @@ def test_the_index_groups_by_pack_and_category(pages):
     assert index.index("## Pack `basic`") < index.index("## Pack `vision`")
     assert "| [`linear`](basic/linear.md) | `linear@1` |" in index
     assert "### convolution" in index
+    assert f"[All {len(Registry.from_packs('basic'))} operators of `basic`](basic.md)" in index
+
+
+def test_each_pack_page_lists_its_operators_by_category(pages):
+    page = pages["vision.md"]
+    assert page.startswith("# Pack `vision`\n")
+    assert "## convolution" in page and "| [`conv`](vision/conv.md) | `conv2d@1` |" in page
+    assert "(basic/" not in page  # only its own operators
+
+
+def test_the_navigation_nests_operators_under_their_pack(pages):
+    trees = catalog_toctrees(pages)
+    assert trees["index"] == ["basic", "vision"]
+    assert set(trees["basic"]) == {f"basic/{spec.alias}" for spec in Registry.from_packs("basic")}
+    assert "vision/conv" in trees["vision"] and "basic/linear" not in trees["vision"]
 
 
 def test_the_diagram_labels_edges_with_resolved_shapes():

@@ -138,14 +138,78 @@ def test_the_site_renders_the_pages_the_catalog_generator_writes(site):
     assert (generated / PACK_NAME / f"{PACK_OPERATOR[0]}.md").is_file()
 
 
-def test_operator_pages_and_worked_examples_carry_a_diagram(site):
-    operator = (site / "html" / CATALOG / "basic" / "linear.html").read_text(encoding="utf-8")
-    assert '<pre  class="mermaid">' in operator and "flowchart TD" in operator
-    worked = (site / "html" / "contracts.html").read_text(encoding="utf-8")
-    assert '<pre  class="mermaid">' in worked
+def diagram_files(page: Path) -> list[Path]:
+    """The SVG files a built page shows through sphinx.ext.graphviz's <object> tags."""
+    sources = re.findall(r'<object data="([^"]+\.svg)" type="image/svg\+xml" class="graphviz">', page.read_text("utf-8"))
+    return [(page.parent / source).resolve() for source in sources]
+
+
+def test_operator_pages_and_worked_examples_carry_a_diagram_drawn_at_build_time(site):
+    html_root = site / "html"
+    for page in (html_root / CATALOG / "basic" / "linear.html", html_root / "contracts.html", html_root / "index.html"):
+        files = diagram_files(page)
+        assert files, f"no diagram on {page.name}"
+        for svg in files:
+            text = svg.read_text(encoding="utf-8")
+            assert "<svg" in text and "graphviz-pure" in text  # drawn by the bundled program
+        raw = page.read_text(encoding="utf-8")
+        assert "mermaid" not in raw and "flowchart TD" not in raw and "digraph" not in raw
+    linear = diagram_files(html_root / CATALOG / "basic" / "linear.html")[0].read_text(encoding="utf-8")
+    assert ">n0</text>" in linear and ">: linear</text>" in linear
     # The generator example, resolved at build time: the seed and n0's width.
-    assert "[B, 512, 4, 4]" in text_of(site / "html" / "contracts.html")
-    assert "[B, 8192]" in text_of(site / "html" / "contracts.html")
+    assert "[B, 512, 4, 4]" in text_of(html_root / "contracts.html")
+    assert "[B, 8192]" in text_of(html_root / "contracts.html")
+
+
+def test_the_sidebar_groups_operators_by_pack(site):
+    page = (site / "html" / CATALOG / "vision" / "conv.html").read_text(encoding="utf-8")
+    sidebar = page[page.index('class="sidebar-tree"'):]
+    for pack in ("basic", "vision", PACK_NAME):
+        start = sidebar.index(f'href="../{pack}.html">Pack ')
+        nested = sidebar[start:sidebar.index("</ul>", start)]
+        members = set(re.findall(rf'href="(?:\.\./{pack}/)?([a-z0-9_]+)\.html"', nested)) - {pack}
+        if pack == "vision":  # this page itself is listed as the current entry, href="#"
+            assert 'class="toctree-l3 current current-page"><a class="current reference internal" href="#">' in nested
+            members.add("conv")
+        # The operator pages the build generated for the pack (lab is installed for the build only).
+        assert members == {path.stem for path in (site / "docs" / CATALOG / pack).glob("*.md")}, pack
+        assert members >= ({PACK_OPERATOR[0]} if pack == PACK_NAME else {"linear"} if pack == "basic" else {"conv"})
+
+
+def test_the_errors_page_wraps_its_long_lines(site):
+    page = (site / "html" / "errors.html").read_text(encoding="utf-8")
+    assert page.count('<div class="hndl-error highlight-') == 2 * len(CODES)
+    css = (site / "html" / "_static" / "hndl.css").read_text(encoding="utf-8")
+    assert re.search(r"div\.hndl-error pre \{[^}]*white-space: pre-wrap;", css)
+    assert 'href="_static/hndl.css' in page
+
+
+# -- the built site in a browser ----------------------------------------------------------------------
+#: The diagram fills hndl.drawing.dot uses: an input ellipse and a node box.
+INPUT_FILL, NODE_FILL = (0xE3, 0xF2, 0xE3), (0xEE, 0xF2, 0xF8)
+
+
+@pytest.mark.parametrize("page", ["index.html", f"{CATALOG}/basic/linear.html"])
+def test_a_browser_shows_the_diagrams_and_no_diagram_source(site, browser, page):
+    seen = browser(site / "html").probe(page)
+    assert seen["diagrams"], f"no diagram on {page}"
+    for diagram in seen["diagrams"]:
+        assert diagram["svg"], diagram  # the SVG loaded (no network, no script on the page)
+        assert diagram["width"] > 80 and diagram["height"] > 150, diagram
+        assert "n0" in diagram["texts"], diagram
+    for source in ("flowchart TD", "digraph", "rankdir", "graph [", "-->"):
+        assert source not in seen["text"], f"{page} shows diagram source {source!r}"
+
+
+def test_a_screenshot_of_the_front_page_shows_the_drawn_plan(site, browser):
+    shot = browser(site / "html").screenshot("index.html", site / "front-page.png")
+    assert (shot.width, shot.height) == (640, 700)
+    width, step = shot.width, shot.step
+    colours = {row[x * step:x * step + 3] for row in shot.rows[::10] for x in range(0, width, 10)}
+    assert len(colours) > 8  # not blank
+    # The plan's boxes and its input ellipse are painted: the diagram rendered, not its text.
+    assert shot.count(NODE_FILL) > 500
+    assert shot.count(INPUT_FILL) > 100
 
 
 def test_the_errors_page_lists_every_code_with_the_error_it_raised(site):
@@ -227,4 +291,5 @@ def test_the_build_fails_when_an_example_does_not_do_what_the_page_says(tmp_path
     assert "the E_SYNTAX example raised E_NAME" in result.stderr
     assert "hndl-plan does not resolve" in result.stderr and "E_CONSTRAINT" in result.stderr
     # Restricted to the basic pack, the catalog holds exactly its pages.
-    assert {path.parent.name for path in (source / CATALOG).rglob("*.md") if path.name != "index.md"} == {"basic"}
+    assert {path.parent.name for path in (source / CATALOG).rglob("*/*.md")} == {"basic"}
+    assert {path.name for path in (source / CATALOG).glob("*.md")} == {"index.md", "basic.md"}

@@ -43,6 +43,7 @@ __all__ = [
     "Program",
     "parse_config",
     "reject_formatted_strings",
+    "unknown_operator",
 ]
 
 #: The frontend version recorded with source provenance.
@@ -51,6 +52,9 @@ GRAMMAR_VERSION = "python_config@1"
 PARSER_FEATURE_VERSION = (3, 11)
 #: The filename of the one AST-only compile the parser performs (the worker's audit hook allows only it).
 PARSE_FILENAME = "<hndl-config>"
+#: The message of an unknown callee; the host reads the name back to suggest the fix (``unknown_operator``).
+UNKNOWN_OPERATOR = "unknown operator '{}'"
+_UNKNOWN_OPERATOR = re.compile(r"unknown operator '(\w+)'\Z")
 
 
 # ---------------------------------------------------------------------------------------
@@ -711,7 +715,7 @@ class _Validator:
         if name in self.defined:
             self.fail("E_SYNTAX", f"{name!r} is a tensor, not an operator; tensors cannot be "
                       "called", func, "Pass the tensor to an operator call instead.")
-        self.fail("E_OPERATOR", f"unknown operator {name!r}", func,
+        self.fail("E_OPERATOR", UNKNOWN_OPERATOR.format(name), func,
                   f"Register an operator with alias {name!r} before interpretation, "
                   "or fix the spelling.")
 
@@ -923,6 +927,18 @@ class _Validator:
         if depth > limit:
             self.fail("E_RESOURCE", f"literal containers nest deeper than {limit}", node,
                       "Flatten the literal, or raise max_literal_depth explicitly.")
+
+
+def unknown_operator(error: HNDLError) -> Optional[str]:
+    """The callee an ``E_OPERATOR`` from this parser names, or None for any other error.
+
+    The worker knows only the alias names; the host, which holds the registry and the installed
+    packs, turns the name back into a remedy.
+    """
+    if error.code != "E_OPERATOR":
+        return None
+    match = _UNKNOWN_OPERATOR.match(error.message)
+    return match.group(1) if match else None
 
 
 def parse_config(

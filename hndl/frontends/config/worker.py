@@ -18,6 +18,7 @@ memory or CPU isolation). HNDL never falls back from one mode to another on its 
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import math
 import os
@@ -30,6 +31,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Collection, Optional, Sequence
 
+from ...collector import collector_paused
 from ...errors import HNDLError
 from .grammar import PARSE_FILENAME, Program, parse_config, reject_formatted_strings
 from .source import Source, load_text
@@ -146,7 +148,8 @@ def parse_isolated(
             _worker = _Worker(settings)
             _shutdown_at_exit()
         try:
-            outcome = _outcome(_worker.ask(request), source, max_nodes)
+            with collector_paused():  # decoding builds many small records and no cycles
+                outcome = _outcome(_worker.ask(request), source, max_nodes)
         except BaseException:
             # No reply, a late one, a malformed one, or an interrupted exchange (whose reply
             # would otherwise answer the next request): this worker is not trusted again.
@@ -359,6 +362,9 @@ def serve(limits: dict) -> None:
         _send(stdout, {"ready": False, "error": f"{type(error).__name__}: {error}"})
         return
     _preload()
+    # What is loaded now lives as long as the worker: keep the collector from walking it again
+    # on every request (the parse itself runs with the collector paused, see _answer).
+    gc.freeze()
     guard = _AuditGuard()
     sys.addaudithook(guard)
     _send(stdout, {"ready": True})
@@ -392,10 +398,13 @@ def _preload() -> None:
 def _answer(request: dict, guard: "_AuditGuard") -> dict:
     try:
         source = load_text(request["text"])
-        with guard:
-            program = parse_config(source, aliases=request["aliases"], inputs=request["inputs"],
-                                   max_nodes=request["max_nodes"])
-        return {"ok": True, "program": encode_program(program)}
+        # Syntax trees and their records form no cycles; without pauses the collector makes
+        # long sources superlinear. Memory stays bounded by the worker's address-space limit.
+        with collector_paused():
+            with guard:
+                program = parse_config(source, aliases=request["aliases"], inputs=request["inputs"],
+                                       max_nodes=request["max_nodes"])
+            return {"ok": True, "program": encode_program(program)}
     except HNDLError as error:
         return {"ok": False, "error": encode_error(error)}
     except (MemoryError, RecursionError) as error:

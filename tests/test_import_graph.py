@@ -1,0 +1,164 @@
+"""Imports among hndl/ modules run one way: the import graph has no cycle, lazy imports included.
+
+Every module under hndl/ is read as source (nothing is imported). Each ``import`` and
+``from ... import`` anywhere in it, at module level or inside a function, relative or
+absolute, adds an edge to the hndl module it names (``from . import x`` names the module
+``x`` when it is one). A cycle fails the test, printed as the modules around it.
+"""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "hndl"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve_relative(module: str, is_package: bool, level: int, target: str) -> str:
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join([*base, target] if target else base)
+
+
+def _imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The hndl modules ``module`` imports, anywhere in its source."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+
+    def add(name: str) -> None:
+        # "hndl.a.b.c" may name an attribute of hndl.a.b: keep the longest known module prefix.
+        parts = name.split(".")
+        for end in range(len(parts), 0, -1):
+            candidate = ".".join(parts[:end])
+            if candidate in known:
+                found.add(candidate)
+                return
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "hndl" or alias.name.startswith("hndl."):
+                    add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _resolve_relative(module, is_package, node.level, node.module or "")
+            elif node.module and (node.module == "hndl" or node.module.startswith("hndl.")):
+                base = node.module
+            else:
+                continue
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                add(submodule if submodule in known else base)
+    found.discard(module)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = [0]
+
+    def visit(start: str) -> None:
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = counter[0]
+                    counter[0] += 1
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    advanced = True
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(component)
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return [_cycle_through(graph, set(component)) for component in components]
+
+
+def _cycle_through(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A concrete cycle inside one strongly connected component: a -> b -> ... -> a."""
+    start = min(component)
+    parents = {start: None}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for target in sorted(graph[node] & component):
+            if target == start:
+                path = [node]
+                while parents[path[-1]] is not None:
+                    path.append(parents[path[-1]])
+                return [*reversed(path), start]
+            if target not in parents:
+                parents[target] = node
+                queue.append(target)
+    return sorted(component)
+
+
+def test_the_walker_sees_module_level_function_level_relative_and_absolute_imports():
+    graph = import_graph()
+    assert "hndl.errors" in graph["hndl.contracts"]  # module level, relative
+    assert "hndl.resolve.sweep" in graph["hndl.resolve.resolver"]  # sibling, relative
+    assert "hndl.frontends.capture" in graph["hndl.registry"]  # inside a function
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_walker_resolves_imports_the_way_python_does(tmp_path):
+    assert _resolve_relative("hndl.a.b", False, 1, "x") == "hndl.a.x"
+    assert _resolve_relative("hndl.a", True, 1, "b") == "hndl.a.b"
+    assert _resolve_relative("hndl.a.b", False, 2, "c") == "hndl.c"
+    source = tmp_path / "b.py"
+    source.write_text("import hndl.a.d\nfrom hndl import c\nimport os\ndef f():\n    from .. import e\n"
+                      "    from .d import name\n", encoding="utf-8")
+    known = {"hndl", "hndl.a", "hndl.a.b", "hndl.a.d", "hndl.c", "hndl.e"}
+    assert _imports("hndl.a.b", source, known) == {"hndl.a.d", "hndl.c", "hndl.e"}
+
+
+def test_no_import_cycle_among_hndl_modules():
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles among hndl modules:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
