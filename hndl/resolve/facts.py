@@ -258,6 +258,7 @@ class Facts:
             return
         self._bounds[root] = (low, high, reason)
         self.version += 1
+        self._gained(self._members[root])  # a narrower interval is news to every relation reading it
         if low == high:
             self.set_value(root, int(low), f"{reason} (the interval leaves one value)", code=code, premises=premises)
 
@@ -330,7 +331,8 @@ class Facts:
             self.bound(root_a, lo, hi, why, code=code)
 
     def _gained(self, members) -> None:
-        """Tell the tensors among ``members`` that their rendering changed (a value or the batch)."""
+        """Tell the tensors among ``members`` that what they know changed (a value, an interval or the
+        batch), so their renderings are redrawn and their readers applied again."""
         observers = self._observers
         for member in members:
             tensor = observers.get(member)
