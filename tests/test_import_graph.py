@@ -162,3 +162,27 @@ def test_the_walker_resolves_imports_the_way_python_does(tmp_path):
 def test_no_import_cycle_among_hndl_modules():
     cycles = find_cycles(import_graph())
     assert not cycles, "import cycles among hndl modules:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module an import chain from ``start`` reaches."""
+    seen, todo = set(), [start]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen
+
+
+def test_the_drawing_modules_never_reach_the_plan():
+    """ResolvedPlan._repr_html_ draws with hndl.drawing, so no import chain from it may reach hndl.plan."""
+    graph = import_graph()
+    for module in ("hndl.drawing.dot", "hndl.drawing.graphviz", "hndl.drawing.notebook"):
+        assert "hndl.plan" not in _reachable(graph, module), module
+
+
+def test_the_generated_programs_never_import_the_graph_module():
+    graph = import_graph()
+    assert "hndl.torch.programs" in graph["hndl.torch.graph_module"]
+    assert "hndl.torch.graph_module" not in graph["hndl.torch.programs"]

@@ -33,7 +33,7 @@ import hndl
 from hndl.collector import collector_paused
 from hndl.torch import build, network
 
-pytestmark = pytest.mark.benchmark
+pytestmark = [pytest.mark.benchmark, pytest.mark.usefixtures("one_thread")]
 
 ROUNDS = int(os.environ.get("HNDL_BENCHMARK_ROUNDS", "15"))
 TURNS = 3
@@ -45,16 +45,6 @@ NETWORK_TARGET = 2.0
 #: What this file asserts: build with headroom for a shared machine, the whole call against regression.
 BUILD_BOUND = 3.0
 NETWORK_BOUND = 8.0
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _handwritten() -> nn.Module:

@@ -45,7 +45,7 @@ import hndl
 from hndl.collector import collector_paused
 from hndl.torch import build, network
 
-pytestmark = pytest.mark.benchmark
+pytestmark = [pytest.mark.benchmark, pytest.mark.usefixtures("one_thread")]
 
 ROUNDS = int(os.environ.get("HNDL_BENCHMARK_ROUNDS", "15"))
 REPEATS = 3
@@ -57,16 +57,6 @@ RELUS = "relu()\n" * 20
 RELU_CONTRACT = {"input_shape": ("B", 64), "output_shape": ("B", 64)}
 WIDE = "linear(4096)\n" * 8
 WIDE_CONTRACT = {"input_shape": ("B", 4096), "output_shape": ("B", 4096)}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @contextmanager

@@ -34,21 +34,11 @@ from torch import nn
 from hndl.collector import collector_paused
 from hndl.torch import network
 
-pytestmark = pytest.mark.benchmark
+pytestmark = [pytest.mark.benchmark, pytest.mark.usefixtures("one_thread")]
 
 ROUNDS = int(os.environ.get("HNDL_BENCHMARK_ROUNDS", "21"))
 BATCH, LENGTH, WIDTH, HEADS = 8, 64, 256, 8
 TARGET = 1.05
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @contextmanager

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import re
-from pathlib import Path
 
 import hndl
 from hndl.drawing.dot import node_edges, plan_dot, quote, source_key
 
-ROOT = Path(hndl.__file__).resolve().parents[1]
 
 #: A branch and a join: two linear branches read x, add joins them; then a named pair of outputs.
 BRANCHED = """\
@@ -83,34 +80,3 @@ def test_labels_are_escaped():
 def test_node_edges_list_one_edge_per_node_input():
     plan = branched_plan()
     assert node_edges(plan)[:2] == [("input:x", "left", "[B, 4]"), ("input:x", "right", "[B, 4]")]
-
-
-def _hndl_imports(module: str) -> set[str]:
-    """The hndl modules ``module``'s own import statements name (relative ones resolved)."""
-    path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
-    if not path.is_file():
-        path = ROOT.joinpath(*module.split("."), "__init__.py")
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
-    for statement in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(statement, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - statement.level + 1] if statement.level else []
-            target = ".".join(base + ([statement.module] if statement.module else []))
-            names = [target] + [f"{target}.{alias.name}" for alias in statement.names]
-            found |= {name for name in names if ROOT.joinpath(*name.split(".")).with_suffix(".py").is_file()
-                      or ROOT.joinpath(*name.split("."), "__init__.py").is_file()}
-        elif isinstance(statement, ast.Import):
-            found |= {alias.name for alias in statement.names if alias.name.startswith("hndl")}
-    return found
-
-
-def test_the_drawing_modules_never_import_the_plan():
-    """ResolvedPlan._repr_html_ draws with hndl.drawing, so no import chain from it may reach hndl.plan."""
-    seen, todo = set(), ["hndl.drawing", "hndl.drawing.dot", "hndl.drawing.graphviz", "hndl.drawing.notebook"]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(_hndl_imports(module))
-    assert "hndl.shape_text" in seen and "hndl.errors" in seen
-    assert "hndl.plan" not in seen and "hndl" not in seen
