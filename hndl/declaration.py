@@ -183,12 +183,17 @@ class OperatorSpec:
     restore: Optional[Callable] = None
 
     def __hash__(self) -> int:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        """Specs key the solver's caches on every node, so their hash is computed once."""
         return hash((self.qualified, self.cls))
 
     def __repr__(self) -> str:
         return f"OperatorSpec({self.alias!r}, {self.qualified}, cls={self.cls.__qualname__})"
 
-    @property
+    @functools.cached_property
     def qualified(self) -> str:
         """The exact ``identity@version`` plans record, e.g. ``linear@1``."""
         return f"{self.identity}@{self.version}"

@@ -39,7 +39,7 @@ from .plan_encoding import (
     sha256_of,
     with_digests,
 )
-from .plan_values import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, RESOLUTION_VERSION, SCALARS, SCHEMA_VERSION, freeze, thaw
+from .plan_values import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, RESOLUTION_VERSION, SCALARS, SCHEMA_VERSION, exact_key, freeze, thaw
 from .registry import Registry
 from .resolve.revalidate import revalidate
 
@@ -258,7 +258,10 @@ def _check_node_shapes(node: dict, batch: str) -> None:
 
 
 def _check_node_format(node: Any) -> None:
-    _expect(isinstance(node, dict), "every node must be an object", "nodes")
+    """Every node field has its fixed JSON shape. Runs once per saved node, so each message is
+    only formatted when its check fails."""
+    if not isinstance(node, dict):
+        raise _schema("every node must be an object", "nodes")
     keys = set(node)
     if keys != NODE_FIELDS:
         missing, unexpected = NODE_FIELDS - keys, keys - NODE_FIELDS
@@ -270,32 +273,44 @@ def _check_node_format(node: Any) -> None:
             ) if part),
             "nodes",
         )
-    where = f"node {node['id']!r}"
-    _expect(isinstance(node["id"], str) and NODE_ID.match(node["id"]), f"{where}: malformed id", "id")
-    _expect(isinstance(node["op"], str) and "@" in node["op"], f"{where}: malformed op", "op")
-    for field in ("args", "inputs", "input_shapes", "output_shapes", "initialization", "trainability",
-                  "source", "provenance"):
-        _expect(isinstance(node[field], dict), f"{where}: {field} must be an object", field)
+    node_id = node["id"]
+    if not (isinstance(node_id, str) and NODE_ID.match(node_id)):
+        raise _schema(f"node {node_id!r}: malformed id", "id")
+    if not (isinstance(node["op"], str) and "@" in node["op"]):
+        raise _schema(f"node {node_id!r}: malformed op", "op")
+    for field in OBJECT_FIELDS:
+        if not isinstance(node[field], dict):
+            raise _schema(f"node {node_id!r}: {field} must be an object", field)
     _check_depth(node["args"], 3)
-    _expect(isinstance(node["outputs"], list) and all(isinstance(port, str) for port in node["outputs"]),
-            f"{where}: outputs must be a list of port names", "outputs")
-    _expect(all(isinstance(ref, str) for ref in node["inputs"].values()), f"{where}: malformed input references", "inputs")
+    outputs = node["outputs"]
+    if not (isinstance(outputs, list) and all(type(port) is str for port in outputs)):
+        raise _schema(f"node {node_id!r}: outputs must be a list of port names", "outputs")
+    if not all(type(ref) is str for ref in node["inputs"].values()):
+        raise _schema(f"node {node_id!r}: malformed input references", "inputs")
     for field in ("input_shapes", "output_shapes"):
         for shape in node[field].values():
-            _expect(isinstance(shape, list) and 2 <= len(shape) <= 4, f"{where}: malformed {field}", field)
-    _expect(all(origin in ORIGINS for origin in node["provenance"].values()), f"{where}: unknown argument origin",
-            "provenance")
+            if not (isinstance(shape, list) and 2 <= len(shape) <= 4):
+                raise _schema(f"node {node_id!r}: malformed {field}", field)
+    if not all(origin in ORIGINS for origin in node["provenance"].values()):
+        raise _schema(f"node {node_id!r}: unknown argument origin", "provenance")
     source = node["source"]
-    _expect(set(source) == SOURCE_FIELDS, f"{where}: source must hold exactly {', '.join(sorted(SOURCE_FIELDS))}",
-            "source")
-    _expect(all(source[key] is None or (type(source[key]) is int and source[key] > 0) for key in ("line", "column")),
-            f"{where}: source line and column must be positive integers or null", "source")
-    _expect(source["policy"] is None or isinstance(source["policy"], str), f"{where}: source policy must be text or null",
-            "source")
+    if set(source) != SOURCE_FIELDS:
+        raise _schema(f"node {node_id!r}: source must hold exactly {', '.join(sorted(SOURCE_FIELDS))}", "source")
+    for key in ("line", "column"):
+        if not (source[key] is None or (type(source[key]) is int and source[key] > 0)):
+            raise _schema(f"node {node_id!r}: source line and column must be positive integers or null", "source")
+    if not (source["policy"] is None or isinstance(source["policy"], str)):
+        raise _schema(f"node {node_id!r}: source policy must be text or null", "source")
     derivations = source["derivations"]
-    _expect(isinstance(derivations, dict) and all(
-        isinstance(steps, list) and all(isinstance(step, str) for step in steps) for steps in derivations.values()
-    ), f"{where}: source derivations must map arguments to lists of text", "source")
+    if not (isinstance(derivations, dict) and all(
+        type(steps) is list and all(type(step) is str for step in steps) for steps in derivations.values()
+    )):
+        raise _schema(f"node {node_id!r}: source derivations must map arguments to lists of text", "source")
+
+
+#: The node fields that are JSON objects.
+OBJECT_FIELDS = ("args", "inputs", "input_shapes", "output_shapes", "initialization", "trainability",
+                 "source", "provenance")
 
 
 def _expect(condition: Any, message: str, field: Optional[str]) -> None:
@@ -346,23 +361,31 @@ def _rebuild(record: dict, registry, plan_type: type, node_type: type) -> Any:
         raise HNDLError("E_INTEGRITY", f"node id {twice!r} is saved twice", node=twice, field="id",
                         remedies=("Restore the plan from an unmodified copy.",))
     nodes = []
+    checked: dict = {}  # saved arguments already validated, by (operator, provenance, exact values)
     for node in record["nodes"]:
         spec = registry.by_identity(node["op"])
         in_ports = _declared_order(spec, node)
+        values = exact_key(node["args"])
+        key = None if values is None else (spec, tuple(node["provenance"]), values)
+        args = checked.get(key) if key is not None else None
+        if args is None:
+            args = MappingProxyType(_arguments(spec, node))
+            if key is not None:
+                checked[key] = args
         # Every value below is built fresh from the decoded record and is already immutable
         # (tuples, mapping proxies over new dicts), so the node can skip freezing it again.
         nodes.append(node_type.restored(
             id=node["id"],
             op=node["op"],
             alias=spec.alias,
-            args=MappingProxyType(_arguments(spec, node)),
+            args=args,
             inputs=MappingProxyType({port: node["inputs"][port] for port in in_ports}),
             outputs=tuple(node["outputs"]),
             input_shapes=MappingProxyType({port: tuple(node["input_shapes"][port]) for port in in_ports}),
             output_shapes=MappingProxyType({port: tuple(node["output_shapes"][port]) for port in node["outputs"]}),
             initialization=_record(node["initialization"], DEFAULT_INITIALIZATION, check_initialization_record, node["id"]),
             trainability=_record(node["trainability"], DEFAULT_TRAINABILITY, check_trainability_record, node["id"]),
-            source=freeze(_tuples(node["source"])),
+            source=freeze(node["source"]),
             provenance=MappingProxyType(dict(node["provenance"])),
         ))
     return plan_type(
@@ -451,11 +474,3 @@ def _arguments(spec, node: dict) -> dict:
                     remedies=("Restore the plan from an unmodified copy.",),
                 )
     return result
-
-
-def _tuples(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _tuples(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return tuple(_tuples(item) for item in value)
-    return value

@@ -443,6 +443,42 @@ def test_resigned_tampering_is_caught_by_revalidation(change, plans):
     refused(tampered(plans["mlp"], apply), "E_INTEGRITY")
 
 
+def _deep_chain(width=16, depth=30):
+    """``linear(width)`` repeated: every node but the last saves the same arguments and shapes."""
+    return hndl.resolve("\n".join([f"linear({width})"] * (depth - 1) + ["linear()"]),
+                        input_shape=("B", width), output_shape=("B", 10))
+
+
+def test_tampering_one_of_many_repeated_nodes_is_caught():
+    """Nodes that repeat one call on one shape share one check; a node whose saved output shape
+    alone differs from its twins' is still checked, and blamed."""
+
+    def widen_one(record):  # n21 reads 17 features consistently; only n20 (16 out features) is wrong
+        node_of(record, "n20")["output_shapes"]["out"] = ["B", 17]
+        reader = node_of(record, "n21")
+        reader["input_shapes"]["x"] = ["B", 17]
+        reader["args"]["in_features"] = 17
+
+    error = refused(tampered(_deep_chain(), widen_one), "E_INTEGRITY")
+    assert error.location.node == "n20", str(error)
+    assert "17" in error.message
+
+
+def test_a_retyped_argument_deep_in_a_chain_of_twins_is_refused():
+    """``bias: 1`` is not ``bias: true``, even when twenty nodes before it saved ``true``."""
+
+    def retype(record):
+        node_of(record, "n25")["args"]["bias"] = 1
+
+    error = refused(tampered(_deep_chain(), retype), "E_INTEGRITY")
+    assert error.location.node == "n25"
+
+
+def test_a_deep_chain_of_twins_restores_unchanged():
+    plan = _deep_chain()
+    assert ResolvedPlan.from_json(plan.to_json()).to_json() == plan.to_json()
+
+
 def test_resigned_consistent_edits_are_not_tampering(plans):
     """A complete, consistent change is a different valid plan (the digests are not secrets)."""
 

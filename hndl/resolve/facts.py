@@ -267,7 +267,10 @@ class Facts:
         root_a, ra = self.find(a)
         root_b, rb = self.find(b)
         # value(a) = ra * A, value(b) = rb * B, and value(a) = ratio * value(b)  =>  A = ratio*rb/ra * B
-        link = _quotient(ratio * rb, ra)
+        if ra == 1 and type(ratio) is int and type(rb) is int:
+            link = ratio * rb
+        else:
+            link = _quotient(ratio * rb, ra)
         if root_a == root_b:
             if link != 1:
                 raise HNDLError(
@@ -276,56 +279,68 @@ class Facts:
                     chain=(reason,),
                 )
             return
-        # Attach the smaller class beneath the larger one.
-        if len(self._members[root_a]) > len(self._members[root_b]):
+        members = self._members
+        # Attach the smaller class beneath the larger one; ``small`` is the variable on its side.
+        if len(members[root_a]) > len(members[root_b]):
             root_a, root_b, link = root_b, root_a, _quotient(1, link)
+            small, large = b, a
+        else:
+            small, large = a, b
         # now: A = link * B, attach A under B.
-        value_a, value_b = self._value.get(root_a), self._value.get(root_b)
+        values = self._value
+        value_a, value_b = values.get(root_a), values.get(root_b)
         batch_root = self.find(self.batch)[0]
-        if (root_a == batch_root and value_b is not None) or (root_b == batch_root and value_a is not None):
-            fixed = value_b if value_b is not None else value_a
-            raise HNDLError(
-                code,
-                f"a batch axis cannot equal the fixed extent {fixed}",
-                chain=tuple(r for r in (self._reason.get(root_a), self._reason.get(root_b), reason) if r),
-            )
-        if value_a is not None and value_b is not None:
-            if value_a == link * value_b:
-                return  # two known, agreeing extents: merging would add no information
-            if value_a != link * value_b:
+        if value_a is not None or value_b is not None:
+            if (root_a == batch_root and value_b is not None) or (root_b == batch_root and value_a is not None):
+                fixed = value_b if value_b is not None else value_a
+                raise HNDLError(
+                    code,
+                    f"a batch axis cannot equal the fixed extent {fixed}",
+                    chain=tuple(r for r in (self._reason.get(root_a), self._reason.get(root_b), reason) if r),
+                )
+            if value_a is not None and value_b is not None:
+                if value_a == link * value_b:
+                    return  # two known, agreeing extents: merging would add no information
                 raise self._disagreement(a, b, ratio, reason, code)
-        elif value_a is not None:
-            implied = _quotient(value_a, link)
-            self._check_members(root_b, implied, f"{self._reason[root_a]}; {reason}", code)
-            self._check_bounds(root_b, implied, reason, code)
-            self._value[root_b] = int(implied)
-            self._reason[root_b] = f"{self._reason[root_a]}; {reason}"
-        elif value_b is not None:
-            self._check_members(root_a, link * value_b, f"{self._reason[root_b]}; {reason}", code)
-        moved = self._members[root_a]
+            if value_a is not None:
+                implied = _quotient(value_a, link)
+                self._check_members(root_b, implied, f"{self._reason[root_a]}; {reason}", code)
+                self._check_bounds(root_b, implied, reason, code)
+                values[root_b] = int(implied)
+                self._reason[root_b] = f"{self._reason[root_a]}; {reason}"
+            else:
+                extent = link * value_b
+                if len(members[root_a]) != 1 or type(extent) is not int or not 0 < extent <= self.max_dimension:
+                    self._check_members(root_a, extent, f"{self._reason[root_b]}; {reason}", code)
+        moved = members[root_a]
         # The side whose variables render differently once merged: it gains a value or the batch.
         if value_a is not None or root_a == batch_root:
-            gaining = list(self._members[root_b])
+            gaining = list(members[root_b])
         elif value_b is not None or root_b == batch_root:
             gaining = moved
         else:
             gaining = ()
-        small, large = (a, b) if self.find(a)[0] == root_a else (b, a)
         self._link_proof(small, large, reason)
-        if root_a in self._origin and root_b not in self._origin:
-            self._origin[root_b] = self._origin[root_a]
-        self._origin.pop(root_a, None)
+        origins = self._origin
+        if root_a in origins:
+            if root_b not in origins:
+                origins[root_b] = origins[root_a]
+            del origins[root_a]
         self._parent[root_a] = root_b
         self._ratio[root_a] = link
-        self._members[root_b].extend(self._members.pop(root_a))
-        self._value.pop(root_a, None)
-        self._reason.pop(root_a, None)
+        members[root_b].extend(members.pop(root_a))
+        if value_a is not None:
+            values.pop(root_a, None)
+            self._reason.pop(root_a, None)
         self.version += 1
-        self._gained(gaining)
+        if gaining:
+            self._gained(gaining)
         if root_a == batch_root:
-            self._check_multiples(self._members[root_b], reason)
+            self._check_multiples(members[root_b], reason)
         elif root_b == batch_root:
-            self._check_multiples(moved, reason)
+            # A lone variable joining the batch at a whole multiple within bounds needs no walk.
+            if len(moved) != 1 or type(link) is not int or not 1 <= link <= self.max_multiple or batch_root != self.batch:
+                self._check_multiples(moved, reason)
         if root_a in self._bounds:
             lo, hi, why = self._bounds.pop(root_a)
             self.bound(root_a, lo, hi, why, code=code)

@@ -11,11 +11,39 @@ from typing import Any, Optional
 
 from ..errors import HNDLError
 from ..graph import Node
+from ..plan_values import exact_key
 from ..suggestions import did_you_mean
 
 
 def normalize_node(node: Node) -> tuple[dict[str, Any], dict[str, str], Optional[str]]:
-    """Return (args, origins, policy identity) for one node; inferable gaps stay absent."""
+    """Return (args, origins, policy identity) for one node; inferable gaps stay absent.
+
+    Normalization depends only on the declaration, the policy and the explicit values, so nodes
+    that repeat one call (a chain of ``linear(16)``) share one computation; each gets fresh dicts.
+    """
+    key = _cache_key(node)
+    cached = _NORMALIZED.get(key) if key is not None else None
+    if cached is None:
+        cached = _normalize_node(node)
+        if key is not None and len(_NORMALIZED) < MAX_CACHED:
+            _NORMALIZED[key] = cached
+    args, origins, policy_identity = cached
+    return dict(args), dict(origins), policy_identity
+
+
+#: Normalized (args, origins, policy identity) by (declaration, policy, explicit values).
+_NORMALIZED: dict = {}
+MAX_CACHED = 4096
+
+
+def _cache_key(node: Node) -> Optional[tuple]:
+    """The values' exact key (see ``exact_key``) with the declaration and policy; None for values
+    that have none."""
+    values = exact_key(node.args)
+    return None if values is None else (node.spec, node.policy, values)
+
+
+def _normalize_node(node: Node) -> tuple[dict[str, Any], dict[str, str], Optional[str]]:
     spec = node.spec
     args: dict[str, Any] = {}
     origins: dict[str, str] = {}

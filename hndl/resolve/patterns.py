@@ -18,6 +18,10 @@ from .facts import Facts, Mark, TensorFacts
 class NodeState:
     """The solver's working state for one node: its ports' tensors and its local symbols."""
 
+    __slots__ = ("node", "spec", "args", "origins", "derivations", "policy", "inputs", "outputs", "facts",
+                 "actor", "patterns", "symbols", "batch", "ellipsis", "dim_args", "_pending_ports",
+                 "_pending_batch", "_pending_args", "_prefixes", "mark", "spent")
+
     def __init__(
         self,
         node: Node,
@@ -28,8 +32,9 @@ class NodeState:
         outputs: dict[str, TensorFacts],
         facts: Facts,
     ) -> None:
+        spec = node.spec
         self.node = node
-        self.spec: OperatorSpec = node.spec
+        self.spec: OperatorSpec = spec
         self.args = args
         self.origins = origins
         #: For each inferred argument, the facts it was derived from (kept in the plan's source).
@@ -39,25 +44,28 @@ class NodeState:
         self.outputs = outputs
         self.facts = facts
         #: How this node signs the facts it adds (Facts.actor), so contradictions can blame it.
-        self.actor = (f"node {node.id} ({node.spec.alias})", node.where())
-        self.patterns = compiled_patterns(node.spec, tuple(inputs), tuple(outputs))
+        self.actor = (f"node {node.id} ({spec.alias})", {"node": node.id, "line": node.line, "column": node.column})
+        layout = _layout(spec, tuple(inputs), tuple(outputs))
+        self.patterns = layout.patterns
         self.symbols: dict[str, int] = {}
         self.batch = facts.new(f"{node.id}.B")
         self.ellipsis: Optional[list[int]] = None
-        self.dim_args = node.spec.dim_args
+        self.dim_args = spec.dim_args
         # What the patterns still have to contribute; once all empty the node's patterns are spent.
-        self._pending_ports = {entry.port for entry in self.patterns}
+        self._pending_ports = set(layout.patterned)
         # Patterned ports meet the node batch through their leading B entry already.
-        self._pending_batch = (set(inputs) | set(outputs)) - self._pending_ports if node.spec.batch == "shared" else set()
-        self._pending_args = dict(self.dim_args)
+        self._pending_batch = set(layout.unpatterned_batch)
+        self._pending_args = dict(self.dim_args) if self.dim_args else {}
         self._prefixes: dict[str, str] = {}
         #: Dirty when something this node reads (a port's rank or rendering, its own arguments)
         #: changed since it was last applied; the sweep applies only dirty nodes.
-        self.mark = Mark()
+        self.mark = mark = Mark()
         #: Set once applying the node can add nothing more: its patterns are spent and it has no relation.
         self.spent = False
-        for tensor in {id(tensor): tensor for tensor in (*inputs.values(), *outputs.values())}.values():
-            tensor.watch.readers.append(self.mark)
+        for tensor in (*inputs.values(), *outputs.values()):
+            readers = tensor.watch.readers
+            if not readers or readers[-1] is not mark:  # a tensor on several ports is read once
+                readers.append(mark)
 
     def tensor(self, port: str) -> TensorFacts:
         return self.inputs[port] if port in self.inputs else self.outputs[port]
@@ -123,28 +131,40 @@ class CompiledPort:
         return result
 
 
-_COMPILED: dict = {}
+class _Layout:
+    """What a declaration's patterns say about one binding of port names, shared by its nodes."""
+
+    __slots__ = ("patterns", "patterned", "unpatterned_batch")
+
+    def __init__(self, spec: OperatorSpec, inputs: tuple, outputs: tuple) -> None:
+        patterns = []
+        for declared, ports in ((spec.shape.inputs, inputs), (spec.shape.outputs, outputs)):
+            by_name = {pattern.name: pattern for pattern in declared}
+            for port in ports:
+                pattern = by_name.get(port)
+                if pattern is None and len(declared) == 1 and declared[0].variadic:
+                    pattern = declared[0]
+                if pattern is not None and pattern.dims is not None:
+                    patterns.append(CompiledPort(port, pattern))
+        self.patterns = tuple(patterns)
+        self.patterned = frozenset(entry.port for entry in patterns)
+        self.unpatterned_batch = (
+            frozenset((*inputs, *outputs)) - self.patterned if spec.batch == "shared" else frozenset()
+        )
 
 
-def compiled_patterns(spec: OperatorSpec, inputs: tuple, outputs: tuple) -> tuple[CompiledPort, ...]:
-    """A CompiledPort for every port the DSL constrains, compiled once per declaration and port names."""
+_LAYOUTS: dict = {}
+
+
+def _layout(spec: OperatorSpec, inputs: tuple, outputs: tuple) -> _Layout:
+    """The layout of ``spec`` for these port names, compiled once."""
     key = (spec, inputs, outputs)
-    cached = _COMPILED.get(key)
-    if cached is not None:
-        return cached
-    patterns = []
-    for declared, ports in ((spec.shape.inputs, inputs), (spec.shape.outputs, outputs)):
-        by_name = {pattern.name: pattern for pattern in declared}
-        for port in ports:
-            pattern = by_name.get(port)
-            if pattern is None and len(declared) == 1 and declared[0].variadic:
-                pattern = declared[0]
-            if pattern is not None and pattern.dims is not None:
-                patterns.append(CompiledPort(port, pattern))
-    result = tuple(patterns)
-    if len(_COMPILED) < 4096:
-        _COMPILED[key] = result
-    return result
+    cached = _LAYOUTS.get(key)
+    if cached is None:
+        cached = _Layout(spec, inputs, outputs)
+        if len(_LAYOUTS) < 4096:
+            _LAYOUTS[key] = cached
+    return cached
 
 
 def apply_patterns(state: NodeState) -> None:

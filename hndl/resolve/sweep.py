@@ -114,6 +114,9 @@ def apply_node(state: NodeState) -> None:
     try:
         apply_patterns(state)
         if state.spec.relation is not None:
+            # The relation reads what the patterns just added, so those facts need no second
+            # application; what the relation itself adds still marks the node dirty.
+            state.mark.dirty = False
             view = NodeView(state)
             state.spec.relation(view)
             _merge_relation_args(state, view)
