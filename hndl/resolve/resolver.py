@@ -296,13 +296,17 @@ def _plan_node(state: NodeState) -> PlanNode:
     args, origins, derivations = state.args, state.origins, state.derivations
     facts = state.facts
     for symbol, name in state.dim_args.items():
-        value = facts.value(state.symbol(symbol))
-        if name not in args and value is not None:
+        if name in args:
+            continue
+        var = state.symbol(symbol)
+        value = facts.value(var)
+        if value is not None:
             args[name] = value
             origins[name] = "inferred"
-            derivations[name] = _bounded(facts.explain(state.symbol(symbol)))
+            derivations[name] = _bounded(facts.explain(var))
     spec = state.spec
-    for name in spec.args:
+    declared = spec.args
+    for name in declared if len(args) < len(declared) else ():
         if name not in args:
             raise HNDLError(
                 "E_UNRESOLVED",
@@ -328,7 +332,7 @@ def _plan_node(state: NodeState) -> PlanNode:
         id=node.id,
         op=spec.qualified,
         alias=spec.alias,
-        args=MappingProxyType({name: freeze(args[name]) for name in spec.args}),
+        args=MappingProxyType({name: freeze(args[name]) for name in declared}) if declared else NO_ARGUMENTS,
         inputs=MappingProxyType({port: str(ref) for port, ref in node.inputs.items()}),
         outputs=tuple(node.outputs),
         input_shapes=MappingProxyType(input_shapes),
@@ -337,8 +341,12 @@ def _plan_node(state: NodeState) -> PlanNode:
         trainability=freeze(node.trainable or DEFAULT_TRAINABILITY),
         source=MappingProxyType({"line": node.line, "column": node.column, "policy": state.policy,
                                  "derivations": MappingProxyType({name: freeze(steps) for name, steps in derivations.items()})}),
-        provenance=MappingProxyType({name: origins[name] for name in spec.args}),
+        provenance=MappingProxyType({name: origins[name] for name in declared}) if declared else NO_ARGUMENTS,
     )
+
+
+#: The arguments (and their provenance) of a node whose operator declares none, shared by such nodes.
+NO_ARGUMENTS = MappingProxyType({})
 
 
 MAX_DERIVATION_STEPS = 32
