@@ -64,6 +64,7 @@ class Binder:
         self.max_nodes = max_nodes
         self.nodes: list[Node] = []
         self._ids: set[str] = set()
+        self._declared: dict[OperatorSpec, _Declared] = {}
         self.inputs = {name: Symbol(Ref(None, name), self) for name in contracts.input_names}
         self.current: Optional[Symbol] = self.inputs[contracts.input_names[0]]
 
@@ -89,34 +90,44 @@ class Binder:
                 **where,
                 remedies=("Shrink the graph or raise limits['max_nodes'].",),
             )
-        metadata = {key: kwargs[key] for key in RESERVED_METADATA if key in kwargs}
-        node_id = self._node_id(metadata.get("name", f"n{ordinal}"), spec, where)
+        declared = self._declared.get(spec)
+        if declared is None:
+            declared = self._declared[spec] = _Declared(spec)
+        metadata = {key: kwargs[key] for key in RESERVED_METADATA if key in kwargs} if kwargs else {}
+        if "name" in metadata:
+            node_id = self._node_id(metadata["name"], spec, where)
+        else:
+            node_id = f"n{ordinal}"  # always a valid id; only its uniqueness needs checking
+            if node_id in self._ids:
+                self._node_id(node_id, spec, where)
         where["node"] = node_id
-        ports, values = self._bind_ports(spec, list(args), kwargs, where)
-        author = self._bind_arguments(spec, values, kwargs, where)
-        if spec.shape.variadic_input:
+        ports, values = self._bind_ports(spec, declared, args, kwargs, where)
+        author = self._bind_arguments(spec, declared, values, kwargs, where)
+        if declared.variadic_input:
             author["input_count"] = len(ports)
-        outputs = spec.output_ports(self._normalized_count_arg(spec, author, where))
+        if declared.outputs is not None:
+            outputs = declared.outputs
+        else:
+            outputs = spec.output_ports(self._normalized_count_arg(spec, author, where))
         node = Node(
             id=node_id,
             spec=spec,
             args=author,
             inputs={port: symbol.ref for port, symbol in ports.items()},
             outputs=outputs,
-            policy=self._policy(metadata, where),
-            init=self._init(metadata, node_id, where),
-            trainable=self._trainable(metadata, node_id, where),
+            policy=self._policy(metadata, where) if metadata else None,
+            init=self._init(metadata, node_id, where) if metadata else None,
+            trainable=self._trainable(metadata, node_id, where) if metadata else None,
             line=line,
             column=column,
         )
         self.nodes.append(node)
         self._ids.add(node_id)
-        symbols = tuple(Symbol(Ref(node_id, port), self) for port in outputs)
-        if len(symbols) == 1 and not (spec.shape.variadic_output and self._fans_out(spec, author)):
-            self.current = symbols[0]
-            return symbols[0]
+        if len(outputs) == 1 and not (declared.variadic_output and self._fans_out(spec, author)):
+            symbol = self.current = Symbol(Ref(node_id, outputs[0]), self)
+            return symbol
         self.current = None
-        return symbols
+        return tuple(Symbol(Ref(node_id, port), self) for port in outputs)
 
     def _node_id(self, name: Any, spec: OperatorSpec, where: dict) -> str:
         if not isinstance(name, str) or not NODE_ID.match(name):
@@ -131,12 +142,16 @@ class Binder:
             )
         return name
 
-    def _bind_ports(self, spec: OperatorSpec, args: list, kwargs: Mapping[str, Any], where: dict):
+    def _bind_ports(self, spec: OperatorSpec, declared_spec: "_Declared", args: Sequence[Any],
+                    kwargs: Mapping[str, Any], where: dict):
         """Split leading symbolic tensors (and port keywords) from author values."""
-        leading: list[Symbol] = []
-        while args and isinstance(args[0], Symbol):
-            leading.append(args.pop(0))
-        for value in args:
+        count = len(args)
+        first = 0
+        while first < count and isinstance(args[first], Symbol):
+            first += 1
+        leading = args[:first]
+        values = list(args[first:])
+        for value in values:
             if isinstance(value, Symbol):
                 raise HNDLError(
                     "E_ARGUMENT",
@@ -151,21 +166,20 @@ class Binder:
                     **where,
                     remedies=("Unpack the multi-output result first, e.g. a, b = split(...), and pass one tensor.",),
                 )
-        if spec.shape.variadic_input:
+        variadic = declared_spec.variadic_input
+        if variadic:
             declared = spec.input_ports(len(leading) + sum(1 for key in kwargs if _is_variadic_key(spec, key)))
         else:
-            declared = spec.input_ports()
-        ports: dict[str, Symbol] = {}
+            declared = declared_spec.inputs
         if len(leading) > len(declared):
             raise HNDLError(
                 "E_ARGUMENT",
                 f"{spec.alias} takes {len(declared)} tensor input(s), got {len(leading)}",
                 **where,
             )
-        for port, symbol in zip(declared, leading):
-            ports[port] = symbol
+        ports: dict[str, Symbol] = dict(zip(declared, leading))
         for key, value in kwargs.items():
-            if _is_port_key(spec, key):
+            if declared_spec.is_port(spec, key):
                 if key in ports:
                     raise HNDLError(
                         "E_ARGUMENT", f"{spec.alias}: tensor port {key!r} is bound twice", **where, field=key,
@@ -178,8 +192,9 @@ class Binder:
                     )
                 ports[key] = value
         for symbol in ports.values():
-            self._check_owner(symbol, where)
-        if spec.shape.variadic_input:
+            if symbol.owner is not self:
+                self._check_owner(symbol, where)
+        if variadic:
             ports = self._check_variadic(spec, ports, where)
         elif len(declared) == 1 and not ports:
             if self.current is None:
@@ -189,16 +204,18 @@ class Binder:
                     **where,
                     remedies=(f"Pass the tensor explicitly, e.g. {spec.alias}(z1, ...).",),
                 )
-            ports[declared[0]] = self.current
-        missing = [port for port in declared if port not in ports]
-        if missing:
-            raise HNDLError(
-                "E_BINDING",
-                f"{spec.alias} needs every tensor port bound explicitly; missing {', '.join(missing)}",
-                **where,
-                remedies=(f"Pass {', '.join(missing)} explicitly; multi-input operators never use current.",),
-            )
-        return {port: ports[port] for port in declared}, args
+            return {declared[0]: self.current}, values
+        if len(ports) != len(declared) or (len(ports) > 1 and tuple(ports) != tuple(declared)):
+            missing = [port for port in declared if port not in ports]
+            if missing:
+                raise HNDLError(
+                    "E_BINDING",
+                    f"{spec.alias} needs every tensor port bound explicitly; missing {', '.join(missing)}",
+                    **where,
+                    remedies=(f"Pass {', '.join(missing)} explicitly; multi-input operators never use current.",),
+                )
+            return {port: ports[port] for port in declared}, values
+        return ports, values
 
     def _check_variadic(self, spec: OperatorSpec, ports: dict[str, Symbol], where: dict) -> dict[str, Symbol]:
         prefix = spec.shape.inputs[0].name
@@ -211,16 +228,14 @@ class Binder:
             )
         return ports
 
-    def _bind_arguments(self, spec: OperatorSpec, values: list, kwargs: Mapping[str, Any], where: dict) -> dict:
+    def _bind_arguments(
+        self, spec: OperatorSpec, declared: "_Declared", values: list, kwargs: Mapping[str, Any], where: dict
+    ) -> dict:
         """Positional author values in declaration order, then keywords; no value twice."""
-        author: dict[str, Any] = {}
-        positional = [name for name in spec.positional_args if name in _author_arguments(spec)]
-        if spec.positional_rest is not None and spec.positional_rest in positional:
-            positional.remove(spec.positional_rest)
-        for name, value in zip(positional, values):
-            author[name] = value
-        rest = values[len(positional):]
-        if rest:
+        positional = declared.positional
+        author: dict[str, Any] = dict(zip(positional, values))
+        if len(values) > len(positional):
+            rest = values[len(positional):]
             if spec.positional_rest is None:
                 raise HNDLError(
                     "E_ARGUMENT",
@@ -230,9 +245,9 @@ class Binder:
                 )
             author[spec.positional_rest] = tuple(rest)
         for key, value in kwargs.items():
-            if key in RESERVED_METADATA or _is_port_key(spec, key):
+            if key in RESERVED_METADATA or declared.is_port(spec, key):
                 continue
-            if key not in spec.args or (key == "input_count" and spec.shape.variadic_input):
+            if key not in spec.args or (key == "input_count" and declared.variadic_input):
                 raise HNDLError(
                     "E_ARGUMENT", f"{spec.alias} has no argument {key!r}", **where, field=key,
                     remedies=_unknown_argument_remedies(spec, key),
@@ -352,11 +367,27 @@ class Binder:
         )
 
 
-def _is_port_key(spec: OperatorSpec, key: str) -> bool:
-    """True when keyword ``key`` names one of the operator's tensor input ports."""
-    if spec.shape.variadic_input:
-        return _is_variadic_key(spec, key)
-    return key in spec.input_ports()
+class _Declared:
+    """What binding needs from one declaration, derived once per binder instead of on every call."""
+
+    __slots__ = ("variadic_input", "variadic_output", "inputs", "input_set", "positional", "outputs")
+
+    def __init__(self, spec: OperatorSpec) -> None:
+        self.variadic_input = spec.shape.variadic_input
+        self.variadic_output = spec.shape.variadic_output
+        self.inputs = () if self.variadic_input else spec.input_ports()
+        self.input_set = frozenset(self.inputs)
+        arguments = _author_arguments(spec)
+        positional = [name for name in spec.positional_args if name in arguments]
+        if spec.positional_rest is not None and spec.positional_rest in positional:
+            positional.remove(spec.positional_rest)
+        self.positional = tuple(positional)
+        #: Fixed output ports; None when a variadic ``out*`` takes its count from the call.
+        self.outputs = None if self.variadic_output else spec.output_ports({})
+
+    def is_port(self, spec: OperatorSpec, key: str) -> bool:
+        """True when keyword ``key`` names one of the operator's tensor input ports."""
+        return _is_variadic_key(spec, key) if self.variadic_input else key in self.input_set
 
 
 def _unknown_argument_remedies(spec: OperatorSpec, key: str) -> tuple[str, ...]:

@@ -42,6 +42,8 @@ __all__ = [
     "Statement",
     "Program",
     "parse_config",
+    "validate_config",
+    "IR",
     "reject_formatted_strings",
     "unknown_operator",
 ]
@@ -62,23 +64,38 @@ _UNKNOWN_OPERATOR = re.compile(r"unknown operator '(\w+)'\Z")
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+# The IR is built once per statement in the worker and again in the host, so its records take
+# their fields through the instance dict directly: the frozen dataclass __init__ would route
+# every field through object.__setattr__, which costs about twice as much. They stay frozen.
+
+
+@dataclass(frozen=True, init=False)
 class Pos:
     """A position in the original source: 1-based line and 1-based column."""
 
     line: int
     column: int
 
+    def __init__(self, line: int, column: int) -> None:
+        fields = self.__dict__
+        fields["line"] = line
+        fields["column"] = column
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Name:
     """A reference to a tensor local or external input defined earlier."""
 
     name: str
     pos: Pos
 
+    def __init__(self, name: str, pos: Pos) -> None:
+        fields = self.__dict__
+        fields["name"] = name
+        fields["pos"] = pos
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Literal:
     """An argument literal: int/float/bool/str/None or tuple/list/dict of literals.
 
@@ -88,6 +105,11 @@ class Literal:
 
     value: Any
     pos: Pos
+
+    def __init__(self, value: Any, pos: Pos) -> None:
+        fields = self.__dict__
+        fields["value"] = value
+        fields["pos"] = pos
 
 
 @dataclass(frozen=True)
@@ -99,7 +121,7 @@ class SchemeCall:
     pos: Pos
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Call:
     """A registered operator call, with arguments in source order."""
 
@@ -107,6 +129,13 @@ class Call:
     args: tuple["Expr", ...]
     kwargs: tuple[tuple[str, "Expr"], ...]
     pos: Pos
+
+    def __init__(self, alias: str, args: tuple["Expr", ...], kwargs: tuple[tuple[str, "Expr"], ...], pos: Pos) -> None:
+        fields = self.__dict__
+        fields["alias"] = alias
+        fields["args"] = args
+        fields["kwargs"] = kwargs
+        fields["pos"] = pos
 
 
 Expr = Union[Name, Literal, Call]
@@ -120,7 +149,7 @@ class Pack:
     pos: Pos
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Assign:
     """``a = value`` (``unpack=False``) or ``a, b = value`` (``unpack=True``)."""
 
@@ -129,13 +158,25 @@ class Assign:
     value: Union[Name, Pack, Call]
     pos: Pos
 
+    def __init__(self, targets: tuple[str, ...], unpack: bool, value: Union[Name, Pack, Call], pos: Pos) -> None:
+        fields = self.__dict__
+        fields["targets"] = targets
+        fields["unpack"] = unpack
+        fields["value"] = value
+        fields["pos"] = pos
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Evaluate:
     """An expression statement consisting of exactly one operator call."""
 
     call: Call
     pos: Pos
+
+    def __init__(self, call: Call, pos: Pos) -> None:
+        fields = self.__dict__
+        fields["call"] = call
+        fields["pos"] = pos
 
 
 Statement = Union[Assign, Evaluate]
@@ -147,6 +188,27 @@ class Program:
 
     statements: tuple[Statement, ...]
     source: Source
+
+
+class IR:
+    """What the validator builds from each accepted form: here the statement IR above.
+
+    The validator only ever calls these constructors, so another builder with the same
+    methods (the worker's wire encoding) gets the same accepted forms in another shape.
+    Initializer scheme calls are always SchemeCall records, inside literal values.
+    """
+
+    position = Pos
+    name = Name
+    literal = Literal
+    call = Call
+    pack = Pack
+    assign = Assign
+    evaluate = Evaluate
+
+    @staticmethod
+    def program(statements: tuple, source: Source) -> Program:
+        return Program(statements=statements, source=source)
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,9 +503,14 @@ def _check_ast_budgets(module: ast.Module, source: Source, budgets: Mapping[str,
 
     The module is depth 1. Every AST object counts as a node except the Load/Store/Del
     expression contexts, which carry no content and would only inflate the measures.
+    A tree within both budgets is measured by the cheaper level-by-level count; only a tree
+    past one is walked again in stack order, to report the very node the budget ends at.
     """
     max_nodes, max_depth = budgets["max_ast_nodes"], budgets["max_ast_depth"]
+    if _within_ast_budgets(module, max_nodes, max_depth):
+        return
     node_type, context = ast.AST, ast.expr_context
+    child_fields = _CHILD_FIELDS
     # Each entry is (node, depth, parent entry); the parent chain is followed only on failure,
     # to find the nearest node with a position. A plain loop over ``_fields`` instead of
     # ``ast.iter_child_nodes`` with per-node anchors measures the few hundred thousand nodes of
@@ -460,7 +527,10 @@ def _check_ast_budgets(module: ast.Module, source: Source, budgets: Mapping[str,
         if depth > max_depth:
             _budget_error(source, _anchor_of(entry), f"syntax nesting deeper than {max_depth}", "max_ast_depth")
         depth += 1
-        for field in node._fields:
+        fields = child_fields.get(type(node))
+        if fields is None:
+            fields = child_fields[type(node)] = _child_fields(type(node))
+        for field in fields:
             value = getattr(node, field, None)
             if isinstance(value, list):
                 for item in value:
@@ -468,6 +538,65 @@ def _check_ast_budgets(module: ast.Module, source: Source, budgets: Mapping[str,
                         push((item, depth, entry))
             elif isinstance(value, node_type) and not isinstance(value, context):
                 push((value, depth, entry))
+
+
+def _within_ast_budgets(module: ast.Module, max_nodes: int, max_depth: int) -> bool:
+    """Whether the tree has at most ``max_nodes`` counted nodes and none deeper than ``max_depth``.
+
+    The same nodes as ``_check_ast_budgets`` counts, one level at a time; leaves (names and
+    constants, the bulk of a configuration) are counted where they are found, never queued.
+    """
+    node_type, context, leaves = ast.AST, ast.expr_context, _LEAF_TYPES
+    child_fields = _CHILD_FIELDS
+    level, depth, count = [module], 1, 0
+    while level:
+        count += len(level)
+        if count > max_nodes or depth > max_depth:
+            return False
+        depth += 1
+        below: list = []
+        push = below.append
+        found = 0  # leaves one level down
+        for node in level:
+            fields = child_fields.get(type(node))
+            if fields is None:
+                fields = child_fields[type(node)] = _child_fields(type(node))
+            for field in fields:
+                value = getattr(node, field, None)
+                if isinstance(value, list):
+                    for item in value:
+                        if type(item) in leaves:
+                            found += 1
+                        elif isinstance(item, node_type) and not isinstance(item, context):
+                            push(item)
+                elif type(value) in leaves:
+                    found += 1
+                elif isinstance(value, node_type) and not isinstance(value, context):
+                    push(value)
+        if found:
+            count += found
+            if count > max_nodes or depth > max_depth:
+                return False
+        level = below
+    return True
+
+
+#: Fields that only ever hold text, numbers, constants or an expression context, never a
+#: counted node; skipping them changes no count. Only the most frequent node types are listed.
+_LEAF_FIELDS: Mapping[type, frozenset[str]] = {
+    ast.Name: frozenset({"id", "ctx"}),
+    ast.Constant: frozenset({"value", "kind"}),
+    ast.keyword: frozenset({"arg"}),
+}
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+#: Node types without any child node.
+_LEAF_TYPES = frozenset({ast.Name, ast.Constant})
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of an AST class that may hold child nodes."""
+    skipped = _LEAF_FIELDS.get(kind, frozenset())
+    return tuple(field for field in kind._fields if field not in skipped)
 
 
 def _anchor_of(entry: Optional[tuple]) -> Optional[ast.AST]:
@@ -512,30 +641,38 @@ class _Validator:
         inputs: Sequence[str],
         budgets: Mapping[str, int],
         max_nodes: Optional[int] = None,
+        build: Any = IR,
     ) -> None:
         self.source = source
+        self.build = build
         self.aliases = aliases
         self.defined: set[str] = set(inputs)
         self.budgets = budgets
         self.int_bound = 10 ** budgets["max_int_digits"]
         self.max_nodes = max_nodes
         self.calls = 0
+        #: One position per distinct (lineno, col_offset): a statement and its call start at the same place.
+        self.positions: dict[tuple[int, int], Any] = {}
 
     # -- diagnostics -----------------------------------------------------------------
 
-    def pos(self, node: ast.AST) -> Pos:
-        """The original position of a node."""
-        line, column = self.source.node_position(node.lineno, node.col_offset)
-        return Pos(line, column)
+    def pos(self, node: ast.AST) -> Any:
+        """The original position of a node, as the builder represents positions."""
+        key = (node.lineno, node.col_offset)
+        pos = self.positions.get(key)
+        if pos is None:
+            line, column = self.source.node_position(*key)
+            pos = self.positions[key] = self.build.position(line, column)
+        return pos
 
     def fail(self, code: str, message: str, node: ast.AST, remedy: str) -> NoReturn:
         """Raise a located error; every failure names one remedy."""
-        where = self.pos(node) if hasattr(node, "lineno") else None
+        where = self.source.node_position(node.lineno, node.col_offset) if hasattr(node, "lineno") else None
         raise HNDLError(
             code,
             message,
-            line=where.line if where else None,
-            column=where.column if where else None,
+            line=where[0] if where else None,
+            column=where[1] if where else None,
             file=self.source.file,
             remedies=(remedy,),
         )
@@ -552,10 +689,10 @@ class _Validator:
 
     # -- statements ------------------------------------------------------------------
 
-    def program(self, module: ast.Module) -> Program:
-        """Validate every statement in order; return the Program only if all pass."""
-        statements = tuple(self.statement(node) for node in module.body)
-        return Program(statements=statements, source=self.source)
+    def program(self, module: ast.Module) -> Any:
+        """Validate every statement in order; return the program only if all pass."""
+        statement = self.statement
+        return self.build.program(tuple([statement(node) for node in module.body]), self.source)
 
     def statement(self, node: ast.stmt) -> Statement:
         """Dispatch on the two allowed statement kinds."""
@@ -569,7 +706,7 @@ class _Validator:
         """An expression statement must be exactly one operator call."""
         value = node.value
         if isinstance(value, ast.Call):
-            return Evaluate(call=self.call(value), pos=self.pos(node))
+            return self.build.evaluate(self.call(value), self.pos(node))
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
             what = "docstrings and bare strings as statements"
         elif isinstance(value, ast.Name):
@@ -598,7 +735,7 @@ class _Validator:
         targets, unpack = self.targets(node.targets[0])
         value = self.value(node.value)
         self.defined.update(targets)
-        return Assign(targets=targets, unpack=unpack, value=value, pos=self.pos(node))
+        return self.build.assign(targets, unpack, value, self.pos(node))
 
     def targets(self, node: ast.expr) -> tuple[tuple[str, ...], bool]:
         """A local name, or a flat tuple/list of distinct local names for unpacking."""
@@ -662,7 +799,7 @@ class _Validator:
             if not node.elts:
                 self.literal_local(node)
             items = tuple(self.reference(element) for element in node.elts)
-            return Pack(items=items, pos=self.pos(node))
+            return self.build.pack(items, self.pos(node))
         if isinstance(node, (ast.Tuple, ast.List)):
             bad = next(e for e in node.elts if not isinstance(e, ast.Name))
             if isinstance(bad, ast.Starred):
@@ -686,7 +823,7 @@ class _Validator:
         """A tensor reference must name an input or a local bound by an earlier statement."""
         name = node.id
         if name in self.defined:
-            return Name(name=name, pos=self.pos(node))
+            return self.build.name(name, self.pos(node))
         if name in self.aliases:
             self.fail("E_NAME", f"operator alias {name!r} is not a tensor; calls cannot be "
                       "redirected through local aliases", node,
@@ -746,7 +883,7 @@ class _Validator:
             seen.add(keyword.arg)
             kwargs.append((keyword.arg, self.argument(keyword.value, keyword=keyword.arg)))
         self.count_call(node)
-        return Call(alias=alias, args=tuple(args), kwargs=tuple(kwargs), pos=self.pos(node))
+        return self.build.call(alias, tuple(args), tuple(kwargs), self.pos(node))
 
     def count_call(self, node: ast.Call) -> None:
         """Each operator call becomes one graph node; refuse the first past ``max_nodes``.
@@ -762,13 +899,18 @@ class _Validator:
 
     def argument(self, node: ast.expr, *, keyword: Optional[str]) -> Expr:
         """A call argument: tensor name, nested operator call, or bounded literal."""
-        if isinstance(node, ast.Name):
+        kind = type(node)
+        if kind is ast.Constant:
+            value = node.value
+            if type(value) is int and -self.int_bound < value < self.int_bound:
+                return self.build.literal(value, self.pos(node))  # the common literal, fully checked
+        elif kind is ast.Name:
             return self.reference(node)
-        if isinstance(node, ast.Call):
+        elif kind is ast.Call:
             return self.call(node)
         if keyword == "init" and isinstance(node, ast.Dict):
             return self.init_mapping(node)
-        return Literal(value=self.literal(node, [0], 0), pos=self.pos(node))
+        return self.build.literal(self.literal(node, [0], 0), self.pos(node))
 
     def init_mapping(self, node: ast.Dict) -> Literal:
         """``init={...}``: direct values may be scheme calls; everything else is literal."""
@@ -783,7 +925,7 @@ class _Validator:
                 result[name] = self.scheme_call(value, counter)
             else:
                 result[name] = self.element(value, counter, 1)
-        return Literal(value=result, pos=self.pos(node))
+        return self.build.literal(result, self.pos(node))
 
     def scheme_call(self, node: ast.Call, counter: list[int]) -> SchemeCall:
         """A scheme call with keyword-only literal arguments."""
@@ -804,7 +946,8 @@ class _Validator:
                           "Give each keyword once.")
             seen.add(keyword.arg)
             kwargs.append((keyword.arg, self.literal(keyword.value, counter, 2)))
-        return SchemeCall(scheme=node.func.id, kwargs=tuple(kwargs), pos=self.pos(node))
+        return SchemeCall(scheme=node.func.id, kwargs=tuple(kwargs),
+                          pos=Pos(*self.source.node_position(node.lineno, node.col_offset)))
 
     # -- literals --------------------------------------------------------------------
 
@@ -958,6 +1101,23 @@ def parse_config(
     is budget-checked, validated statement by statement, and returned only when every
     statement is accepted.
     """
+    return validate_config(source, aliases=aliases, inputs=inputs, budgets=budgets, max_nodes=max_nodes)
+
+
+def validate_config(
+    source: Source,
+    *,
+    aliases: Collection[str],
+    inputs: Sequence[str],
+    budgets: Optional[Mapping[str, int]] = SOURCE_BUDGETS,
+    max_nodes: Optional[int] = None,
+    build: Any = IR,
+) -> Any:
+    """``parse_config`` with every accepted form built by ``build`` (default: the IR).
+
+    The checks and their order are the same whatever the builder; the parser worker passes
+    the wire encoding's builder so that it never builds an IR only to encode it.
+    """
     source = _check_source(source)
     resolved = resolve_budgets(budgets)
     _check_max_nodes(max_nodes)
@@ -967,7 +1127,7 @@ def parse_config(
     module = _parse(source)
     _check_ast_budgets(module, source, resolved)
     try:
-        return _Validator(source, alias_names, input_names, resolved, max_nodes).program(module)
+        return _Validator(source, alias_names, input_names, resolved, max_nodes, build).program(module)
     except RecursionError:
         raise HNDLError(
             "E_RESOURCE",

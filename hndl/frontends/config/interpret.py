@@ -21,12 +21,13 @@ FRONTEND = "python_config@1"
 def interpret(program: Program, binder: Binder, registry: Registry) -> Graph:
     """Build the author graph of ``program``; output selection follows §7."""
     local: dict[str, Any] = dict(binder.inputs)
+    operators = _Operators(registry)
     for statement in program.statements:
-        if isinstance(statement, Assign):
-            value = _evaluate(statement.value, local, binder, registry)
+        if type(statement) is Assign:
+            value = _evaluate(statement.value, local, binder, operators)
             _bind(statement, value, local)
         else:
-            _evaluate(statement.call, local, binder, registry)
+            _evaluate(statement.call, local, binder, operators)
     provenance = {"kind": FRONTEND, "source": program.source.original}
     if program.source.file is not None:
         provenance["file"] = program.source.file
@@ -38,19 +39,37 @@ def interpret(program: Program, binder: Binder, registry: Registry) -> Graph:
     return binder.graph(outputs, frontend=FRONTEND, provenance=provenance)
 
 
-def _evaluate(expr: Any, local: dict, binder: Binder, registry: Registry) -> Any:
-    if isinstance(expr, Name):
-        return local[expr.name]
-    if isinstance(expr, Pack):
-        return tuple(local[item.name] for item in expr.items)
-    if isinstance(expr, Literal):
-        return _literal(expr.value)
-    if isinstance(expr, Call):
-        spec = registry.get(expr.alias)
-        args = [_evaluate(arg, local, binder, registry) for arg in expr.args]
-        kwargs = {key: _evaluate(value, local, binder, registry) for key, value in expr.kwargs}
+class _Operators(dict):
+    """The registry's declaration per alias, looked up once per program instead of per call."""
+
+    def __init__(self, registry: Registry) -> None:
+        super().__init__()
+        self.registry = registry
+
+    def __missing__(self, alias: str):
+        spec = self[alias] = self.registry.get(alias)
+        return spec
+
+
+def _evaluate(expr: Any, local: dict, binder: Binder, operators: _Operators) -> Any:
+    kind = type(expr)
+    if kind is Call:
+        spec = operators[expr.alias]
+        args = [_evaluate(arg, local, binder, operators) for arg in expr.args]
+        kwargs = {key: _evaluate(value, local, binder, operators) for key, value in expr.kwargs}
         return binder.call(spec, args, kwargs, line=expr.pos.line, column=expr.pos.column)
+    if kind is Literal:
+        value = expr.value
+        return value if type(value) in _SCALARS else _literal(value)
+    if kind is Name:
+        return local[expr.name]
+    if kind is Pack:
+        return tuple(local[item.name] for item in expr.items)
     raise AssertionError(f"HNDL bug: unexpected configuration expression {expr!r}")
+
+
+#: Literal values that need no conversion.
+_SCALARS = frozenset({int, float, str, bool, type(None)})
 
 
 def _literal(value: Any) -> Any:

@@ -79,10 +79,13 @@ class Source:
     _removed: tuple[int, ...] = field(init=False, repr=False, compare=False, default=())
     _lines: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
     _tables: dict = field(init=False, repr=False, compare=False, default_factory=dict)
+    _ascii: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_removed", _removed_per_line(self.original, self.text))
         object.__setattr__(self, "_lines", tuple(self.text.split("\n")))
+        # ASCII text (the common case) has byte offsets equal to character columns on every line.
+        object.__setattr__(self, "_ascii", self.text.isascii())
 
     def position(self, line: int, column: int) -> tuple[int, int]:
         """Map a dedented (1-based line, 0-based character column) to the original
@@ -127,6 +130,10 @@ class Source:
 
     def node_position(self, line: int, byte_offset: int) -> tuple[int, int]:
         """Original (line, column) of an ``ast`` node's ``lineno``/``col_offset``."""
+        if self._ascii and type(line) is int and type(byte_offset) is int and line >= 1 and byte_offset >= 0:
+            # The parser's own positions on ASCII text: bytes are characters, nothing to clamp.
+            removed = self._removed
+            return line, byte_offset + (removed[line - 1] if line <= len(removed) else 0) + 1
         return self.position(line, self.char_column(line, byte_offset))
 
 

@@ -4,6 +4,19 @@ The worker sends plain JSON data, never pickles. The host decodes it strictly: e
 kind, field, type and position is checked, and anything unexpected is rejected with
 E_RESOURCE as a malformed worker reply, so a compromised or confused worker cannot hand
 the interpreter an object it would not have produced itself.
+
+Statements and expressions are flat JSON arrays, a kind tag first and the 1-based line and
+column next (a reply holds one per operator call, so they are kept short to write, read and
+check):
+
+    ["e", line, column, call]                          an expression statement
+    ["a", line, column, [target, ...], unpack, value]  an assignment
+    ["c", line, column, alias, [arg, ...], [[keyword, value], ...]]
+    ["n", line, column, name]      ["p", line, column, [name, ...]]      ["l", line, column, value]
+
+Literal values are JSON scalars, or objects tagged where JSON would lose the distinction:
+``{"float": repr}``, ``{"tuple": [...]}``, ``{"list": [...]}``, ``{"dict": [[key, value], ...]}``
+and, only as direct values of an ``init`` mapping, ``{"scheme": name, "kwargs": [...], "pos": [line, column]}``.
 """
 
 from __future__ import annotations
@@ -29,22 +42,63 @@ def encode_program(program: Program) -> list:
     return [_statement(statement) for statement in program.statements]
 
 
-def _statement(statement) -> dict:
-    if isinstance(statement, Assign):
-        return {"k": "assign", "targets": list(statement.targets), "unpack": statement.unpack,
-                "value": _expr(statement.value), "pos": _pos(statement.pos)}
-    return {"k": "eval", "call": _expr(statement.call), "pos": _pos(statement.pos)}
+def _statement(statement) -> list:
+    pos = statement.pos
+    if type(statement) is Assign:
+        return ["a", pos.line, pos.column, list(statement.targets), statement.unpack, _expr(statement.value)]
+    return ["e", pos.line, pos.column, _expr(statement.call)]
 
 
-def _expr(expr) -> dict:
-    if isinstance(expr, Name):
-        return {"k": "name", "name": expr.name, "pos": _pos(expr.pos)}
-    if isinstance(expr, Pack):
-        return {"k": "pack", "items": [_expr(item) for item in expr.items], "pos": _pos(expr.pos)}
-    if isinstance(expr, Call):
-        return {"k": "call", "alias": expr.alias, "args": [_expr(arg) for arg in expr.args],
-                "kwargs": [[key, _expr(value)] for key, value in expr.kwargs], "pos": _pos(expr.pos)}
-    return {"k": "literal", "value": _value(expr.value), "pos": _pos(expr.pos)}
+def _expr(expr) -> list:
+    kind, pos = type(expr), expr.pos
+    if kind is Call:
+        return ["c", pos.line, pos.column, expr.alias, [_expr(arg) for arg in expr.args],
+                [[key, _expr(value)] for key, value in expr.kwargs]]
+    if kind is Name:
+        return ["n", pos.line, pos.column, expr.name]
+    if kind is Pack:
+        return ["p", pos.line, pos.column, [_expr(item) for item in expr.items]]
+    value = expr.value
+    return ["l", pos.line, pos.column, value if type(value) is int else _value(value)]
+
+
+class Wire:
+    """The validator's builder for the worker: each accepted form straight into its wire
+    record (``grammar.validate_config(..., build=Wire)``), so the worker never builds an IR
+    only to encode it. Records are tuples, which JSON writes as the arrays above; the result
+    equals ``encode_program`` of the IR the default builder makes from the same source."""
+
+    @staticmethod
+    def position(line: int, column: int) -> tuple[int, int]:
+        return line, column
+
+    @staticmethod
+    def name(name: str, pos: tuple[int, int]) -> tuple:
+        return "n", pos[0], pos[1], name
+
+    @staticmethod
+    def literal(value: Any, pos: tuple[int, int]) -> tuple:
+        return "l", pos[0], pos[1], value if type(value) is int else _value(value)
+
+    @staticmethod
+    def call(alias: str, args: tuple, kwargs: tuple, pos: tuple[int, int]) -> tuple:
+        return "c", pos[0], pos[1], alias, args, kwargs
+
+    @staticmethod
+    def pack(items: tuple, pos: tuple[int, int]) -> tuple:
+        return "p", pos[0], pos[1], items
+
+    @staticmethod
+    def assign(targets: tuple, unpack: bool, value: tuple, pos: tuple[int, int]) -> tuple:
+        return "a", pos[0], pos[1], targets, unpack, value
+
+    @staticmethod
+    def evaluate(call: tuple, pos: tuple[int, int]) -> tuple:
+        return "e", pos[0], pos[1], call
+
+    @staticmethod
+    def program(statements: tuple, source: Source) -> tuple:
+        return statements
 
 
 def _value(value) -> Any:
@@ -92,25 +146,10 @@ def decode_program(data: Any, source: Source, *, max_nodes: Optional[int] = None
     it, so a reply holding more calls is malformed, and is refused as each call record is
     reached, before that call is built.
     """
-    lines = source.text.count("\n") + 1
-    calls = _Calls(max_nodes)
-    statements = tuple(_decode_statement(item, lines, calls) for item in _list(data, "statements"))
+    reader = _Reader(source.text.count("\n") + 1, max_nodes)
+    statement = reader.statement
+    statements = tuple([statement(item) for item in _list(data, "statements")])
     return Program(statements=statements, source=source)
-
-
-class _Calls:
-    """Counts the call records of one reply against the worker's ``max_nodes``."""
-
-    __slots__ = ("bound", "count")
-
-    def __init__(self, bound: Optional[int]) -> None:
-        self.bound = bound
-        self.count = 0
-
-    def take(self) -> None:
-        self.count += 1
-        if self.bound is not None and self.count > self.bound:
-            raise malformed(f"more than {self.bound} operator calls, above max_nodes={self.bound}")
 
 
 def decode_error(data: Any, *, file: Optional[str] = None) -> HNDLError:
@@ -136,70 +175,127 @@ def decode_error(data: Any, *, file: Optional[str] = None) -> HNDLError:
     )
 
 
-def _decode_statement(data: Any, lines: int, calls: _Calls):
-    kind = _kind(data)
-    if kind == "assign":
-        record = _dict(data, ("k", "targets", "unpack", "value", "pos"))
-        targets = tuple(_local(item) for item in _list(record["targets"], "targets"))
-        unpack = record["unpack"]
-        if type(unpack) is not bool or not targets or (not unpack and len(targets) != 1):
-            raise malformed("bad assignment targets")
-        if len(set(targets)) != len(targets):
-            raise malformed("repeated assignment target")
-        value = _decode_expr(record["value"], 0, lines, calls)
-        if isinstance(value, Literal):
-            raise malformed("literal assignment value")
-        return Assign(targets=targets, unpack=unpack, value=value, pos=_decode_pos(record["pos"], lines))
-    if kind == "eval":
-        record = _dict(data, ("k", "call", "pos"))
-        call = _decode_expr(record["call"], 0, lines, calls)
-        if not isinstance(call, Call):
-            raise malformed("expression statement that is not a call")
-        return Evaluate(call=call, pos=_decode_pos(record["pos"], lines))
-    raise malformed(f"unknown statement kind {kind!r}"[:200])
+class _Reader:
+    """Decodes the records of one reply in one pass with every check, cheaply: counts its call
+    records against the worker's ``max_nodes`` and shares one Pos per distinct position (a
+    call and its statement start at the same place)."""
 
+    __slots__ = ("lines", "bound", "count", "positions")
 
-def _decode_expr(data: Any, depth: int, lines: int, calls: _Calls):
-    if depth > MAX_DEPTH:
-        raise malformed("nesting too deep")
-    kind = _kind(data)
-    if kind == "name":
-        record = _dict(data, ("k", "name", "pos"))
-        return Name(name=_local(record["name"]), pos=_decode_pos(record["pos"], lines))
-    if kind == "pack":
-        record = _dict(data, ("k", "items", "pos"))
-        items = tuple(_decode_expr(item, depth + 1, lines, calls) for item in _list(record["items"], "items"))
-        if not items or not all(isinstance(item, Name) for item in items):
-            raise malformed("pack that is not a non-empty tuple of names")
-        return Pack(items=items, pos=_decode_pos(record["pos"], lines))
-    if kind == "call":
-        record = _dict(data, ("k", "alias", "args", "kwargs", "pos"))
-        calls.take()
-        args = tuple(_decode_expr(item, depth + 1, lines, calls) for item in _list(record["args"], "args"))
+    def __init__(self, lines: int, bound: Optional[int]) -> None:
+        self.lines = lines
+        self.bound = bound
+        self.count = 0
+        self.positions: dict[tuple[int, int], Pos] = {}
+
+    def take(self) -> None:
+        """Count one call record; the first past the bound is refused before it is built."""
+        self.count += 1
+        if self.bound is not None and self.count > self.bound:
+            raise malformed(f"more than {self.bound} operator calls, above max_nodes={self.bound}")
+
+    def pos(self, line: Any, column: Any) -> Pos:
+        """A 1-based (line, column) on one of the source's lines."""
+        if type(line) is int and type(column) is int and line >= 1 and column >= 1:
+            if line > self.lines:
+                raise malformed("position past the end of the source")
+            key = (line, column)
+            pos = self.positions.get(key)
+            if pos is None:
+                pos = self.positions[key] = Pos(line, column)
+            return pos
+        raise malformed("bad position")
+
+    def statement(self, data: Any):
+        kind = _kind(data)
+        if kind == "e":
+            if len(data) != 4:
+                raise malformed("expression statement of the wrong length")
+            _, line, column, call = data
+            pos = self.pos(line, column)
+            call = self.expr(call, 0)
+            if type(call) is not Call:
+                raise malformed("expression statement that is not a call")
+            return Evaluate(call, pos)
+        if kind == "a":
+            if len(data) != 6:
+                raise malformed("assignment of the wrong length")
+            _, line, column, targets, unpack, value = data
+            pos = self.pos(line, column)
+            targets = tuple([_local(item) for item in _list(targets, "targets")])
+            if type(unpack) is not bool or not targets or (not unpack and len(targets) != 1):
+                raise malformed("bad assignment targets")
+            if len(targets) > 1 and len(set(targets)) != len(targets):
+                raise malformed("repeated assignment target")
+            value = self.expr(value, 0)
+            if type(value) is Literal:
+                raise malformed("literal assignment value")
+            return Assign(targets, unpack, value, pos)
+        raise malformed(f"unknown statement kind {kind!r}"[:200])
+
+    def expr(self, data: Any, depth: int):
+        if depth > MAX_DEPTH:
+            raise malformed("nesting too deep")
+        kind = _kind(data)
+        if kind == "c":
+            if len(data) != 6:
+                raise malformed("call of the wrong length")
+            return self.call(data, depth)
+        if kind == "l":
+            if len(data) != 4:
+                raise malformed("literal of the wrong length")
+            _, line, column, value = data
+            pos = self.pos(line, column)
+            # A plain in-bound int is the common literal; everything else takes the full check.
+            if type(value) is not int or not -_INT_BOUND < value < _INT_BOUND or depth >= MAX_DEPTH:
+                value = _decode_value(value, depth + 1, self.lines)
+            return Literal(value, pos)
+        if kind == "n":
+            if len(data) != 4:
+                raise malformed("name of the wrong length")
+            _, line, column, name = data
+            return Name(_local(name), self.pos(line, column))
+        if kind == "p":
+            if len(data) != 4:
+                raise malformed("pack of the wrong length")
+            _, line, column, items = data
+            pos = self.pos(line, column)
+            items = tuple([self.expr(item, depth + 1) for item in _list(items, "items")])
+            if not items or not all(type(item) is Name for item in items):
+                raise malformed("pack that is not a non-empty tuple of names")
+            return Pack(items=items, pos=pos)
+        raise malformed(f"unknown expression kind {kind!r}"[:200])
+
+    def call(self, data: list, depth: int) -> Call:
+        """A call record: counted first, then its position, alias and arguments in order."""
+        self.take()
+        _, line, column, alias, args, pairs = data
+        pos = self.pos(line, column)
+        alias = _identifier(alias)
+        inner = depth + 1
+        expr = self.expr
+        args = tuple([expr(item, inner) for item in _list(args, "args")])
         kwargs = []
-        seen = set()
-        for pair in _list(record["kwargs"], "kwargs"):
-            key, value = _pair(pair)
-            key = _identifier(key)
-            if key in seen:
-                raise malformed("repeated keyword argument")
-            seen.add(key)
-            if key == "init" and _kind(value) == "literal":
-                # Only the direct values of an init mapping may be scheme calls (grammar.py).
-                record_value = _dict(value, ("k", "value", "pos"))
-                decoded = Literal(value=_decode_value(record_value["value"], depth + 2, lines, init=True),
-                                  pos=_decode_pos(record_value["pos"], lines))
-            else:
-                decoded = _decode_expr(value, depth + 1, lines, calls)
-            kwargs.append((key, decoded))
-        if any(isinstance(item, Pack) for item in args) or any(isinstance(v, Pack) for _, v in kwargs):
+        if _list(pairs, "kwargs"):
+            seen = set()
+            for pair in pairs:
+                key, value = _pair(pair)
+                key = _identifier(key)
+                if key in seen:
+                    raise malformed("repeated keyword argument")
+                seen.add(key)
+                if key == "init" and _kind(value) == "l":
+                    # Only the direct values of an init mapping may be scheme calls (grammar.py).
+                    if len(value) != 4:
+                        raise malformed("literal of the wrong length")
+                    decoded = Literal(_decode_value(value[3], depth + 2, self.lines, init=True),
+                                      self.pos(value[1], value[2]))
+                else:
+                    decoded = expr(value, inner)
+                kwargs.append((key, decoded))
+        if Pack in map(type, args) or (kwargs and any(type(value) is Pack for _, value in kwargs)):
             raise malformed("pack inside a call")
-        return Call(alias=_identifier(record["alias"]), args=args, kwargs=tuple(kwargs),
-                    pos=_decode_pos(record["pos"], lines))
-    if kind == "literal":
-        record = _dict(data, ("k", "value", "pos"))
-        return Literal(value=_decode_value(record["value"], depth + 1, lines), pos=_decode_pos(record["pos"], lines))
-    raise malformed(f"unknown expression kind {kind!r}"[:200])
+        return Call(alias, args, tuple(kwargs), pos)
 
 
 def _decode_value(data: Any, depth: int, lines: int, *, init: bool = False) -> Any:
@@ -264,9 +360,10 @@ def _decode_scheme(data: dict, depth: int, lines: int) -> SchemeCall:
 
 # -- strict primitives -------------------------------------------------------------------
 def _kind(data: Any) -> str:
-    if type(data) is not dict or type(data.get("k")) is not str:
+    """The kind tag of a statement or expression record (a non-empty list)."""
+    if type(data) is not list or not data or type(data[0]) is not str:
         raise malformed("missing node kind")
-    return data["k"]
+    return data[0]
 
 
 def _dict(data: Any, keys: tuple[str, ...]) -> dict:

@@ -33,9 +33,9 @@ from typing import Any, Collection, Optional, Sequence
 
 from ...collector import collector_paused
 from ...errors import HNDLError
-from .grammar import PARSE_FILENAME, Program, parse_config, reject_formatted_strings
+from .grammar import PARSE_FILENAME, Program, parse_config, reject_formatted_strings, validate_config
 from .source import Source, load_text
-from .wire import decode_error, decode_program, encode_error, encode_program, malformed
+from .wire import Wire, decode_error, decode_program, encode_error, malformed
 
 MODES = ("process", "process-unlimited", "in-process")
 _HEADER = struct.Struct(">I")
@@ -402,9 +402,9 @@ def _answer(request: dict, guard: "_AuditGuard") -> dict:
         # long sources superlinear. Memory stays bounded by the worker's address-space limit.
         with collector_paused():
             with guard:
-                program = parse_config(source, aliases=request["aliases"], inputs=request["inputs"],
-                                       max_nodes=request["max_nodes"])
-            return {"ok": True, "program": encode_program(program)}
+                program = validate_config(source, aliases=request["aliases"], inputs=request["inputs"],
+                                          max_nodes=request["max_nodes"], build=Wire)
+            return {"ok": True, "program": program}
     except HNDLError as error:
         return {"ok": False, "error": encode_error(error)}
     except (MemoryError, RecursionError) as error:
@@ -413,7 +413,7 @@ def _answer(request: dict, guard: "_AuditGuard") -> dict:
 
 
 def _send(stream, message: dict) -> None:
-    payload = json.dumps(message, ensure_ascii=False).encode("utf-8")
+    payload = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     stream.write(_HEADER.pack(len(payload)) + payload)
     stream.flush()
 

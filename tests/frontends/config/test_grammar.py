@@ -628,6 +628,30 @@ def test_ast_depth_budget():
     assert "nesting" in error.message and error.location.line == 1
 
 
+def _measured(text: str) -> tuple[int, int]:
+    """Counted syntax nodes (expression contexts excluded) and the deepest level, module = 1."""
+    def depth(node: ast.AST) -> int:
+        children = [c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.expr_context)]
+        return 1 + max((depth(child) for child in children), default=0)
+    tree = ast.parse(text)
+    return sum(1 for n in ast.walk(tree) if not isinstance(n, ast.expr_context)), depth(tree)
+
+
+@pytest.mark.parametrize("text", [
+    "linear(x, 4, k=-1, t=(1, [2, 'a']), name='h')\nout = add(h, relu(h))",
+    "a, b = split(x, 2)\nrelu(a)\nlinear(b, 8, init={'weight': normal(std=1.0)})",
+    "relu(relu(relu(x)))",  # names as the deepest leaves
+    "linear(16)\n" * 20,  # constants as the deepest leaves, many statements
+])
+def test_ast_budgets_accept_exactly_up_to_the_measured_count_and_depth(text):
+    """Leaves are the deepest nodes and the bulk of a tree: every one counts, at its depth."""
+    nodes, deepest = _measured(text)
+    inputs = ("x", "h")
+    parse(text, inputs=inputs, budgets={"max_ast_nodes": nodes, "max_ast_depth": deepest})
+    assert "syntax nodes" in fails(text, "E_RESOURCE", inputs=inputs, budgets={"max_ast_nodes": nodes - 1}).message
+    assert "nesting" in fails(text, "E_RESOURCE", inputs=inputs, budgets={"max_ast_depth": deepest - 1}).message
+
+
 def test_default_ast_depth_budget_rejects_deep_nesting():
     fails("relu(" * 70 + ")" * 70, "E_RESOURCE")
 

@@ -29,6 +29,7 @@ from hndl.frontends.config.grammar import (
     Program,
     SchemeCall,
     parse_config,
+    validate_config,
 )
 from hndl.frontends.config.source import load_text
 from hndl.frontends.config.wire import decode_error, decode_program, encode_error, encode_program
@@ -249,102 +250,143 @@ def _edit(change):
 
 
 def _call_h(data):
-    return data[0]["value"]  # the linear(...) call of statement 1
+    return data[0][5]  # the linear(...) call of statement 1: ["c", line, column, alias, args, kwargs]
 
 
 def _literal_4(data):
-    return _call_h(data)["args"][1]  # the literal 4
+    return _call_h(data)[4][1]  # the literal 4: ["l", line, column, 4]
+
+
+def _init_literal(data):
+    return _call_h(data)[5][1][1]  # the init= literal record
 
 
 def _init(data):
-    return _call_h(data)["kwargs"][1][1]["value"]  # {"dict": [["weight", {scheme}]]}
+    return _init_literal(data)[3]  # {"dict": [["weight", {scheme}]]}
+
+
+def _name_h(data):
+    return data[1][5][4][0]  # the h of add(h, ...): ["n", line, column, "h"]
+
+
+def _pack(data):
+    return data[2][5]  # (h, x): ["p", line, column, [names]]
 
 
 def test_the_fixture_program_decodes_before_any_edit():
     assert decode_program(_encoded(), load_text(SMALL)) == _program(SMALL)
 
 
+def test_the_fixture_helpers_point_at_the_records_they_name():
+    data = _encoded()
+    assert _call_h(data)[:4] == ["c", 1, 5, "linear"] and _literal_4(data) == ["l", 1, 15, 4]
+    assert _init(data)["dict"][0][0] == "weight" and _name_h(data) == ["n", 2, 11, "h"]
+    assert _pack(data)[0] == "p" and len(_pack(data)[3]) == 2
+
+
+def _set(record_of, index, value):
+    return lambda d: record_of(d).__setitem__(index, value)
+
+
+def _statement_1(data):
+    return data[0]
+
+
 REJECTED = {
     # shapes of the whole reply
     "program not a list": _Whole(lambda d: {"statements": d}),
-    "statement not a dict": _Whole(lambda d: [["assign"]]),
+    "statement not a list": _Whole(lambda d: [{"k": "assign"}]),
+    "statement in the old dict form": _Whole(lambda d: [{"k": "eval", "call": None, "pos": [1, 1]}]),
     "statement is None": _Whole(lambda d: [None]),
+    "empty statement": _Whole(lambda d: [[]]),
     # unknown kinds
-    "unknown statement kind": lambda d: d[0].update(k="import"),
-    "unknown expression kind": lambda d: _literal_4(d).update(k="exec"),
-    "kind not a string": lambda d: d[0].update(k=1),
-    "kind missing": lambda d: d[0].pop("k"),
+    "unknown statement kind": _set(_statement_1, 0, "import"),
+    "unknown expression kind": _set(_literal_4, 0, "exec"),
+    "kind not a string": _set(_statement_1, 0, 1),
+    "expression in the old dict form": _set(lambda d: _call_h(d)[4], 1, {"k": "literal", "value": 4, "pos": [1, 15]}),
+    "statement kind as an expression": _set(lambda d: _call_h(d)[4], 1, ["e", 1, 15, 4]),
     # missing and extra fields
-    "missing statement field": lambda d: d[0].pop("pos"),
-    "extra statement field": lambda d: d[0].update(code="print(1)"),
-    "missing call field": lambda d: _call_h(d).pop("kwargs"),
-    "extra call field": lambda d: _call_h(d).update(func="eval"),
-    "extra name field": lambda d: d[1]["value"]["args"][0].update(attr="__class__"),
-    "extra literal wrapper key": lambda d: _literal_4(d).update(value={"float": "1.0", "x": 1}),
+    "missing statement field": lambda d: d[0].pop(),
+    "extra statement field": lambda d: d[0].append("print(1)"),
+    "missing call field": lambda d: _call_h(d).pop(),
+    "extra call field": lambda d: _call_h(d).append("eval"),
+    "extra name field": lambda d: _name_h(d).append("__class__"),
+    "missing literal field": lambda d: _literal_4(d).pop(),
+    "extra pack field": lambda d: _pack(d).append([]),
+    "extra literal wrapper key": _set(_literal_4, 3, {"float": "1.0", "x": 1}),
     # wrong types
-    "unpack not a bool": lambda d: d[0].update(unpack=0),
-    "targets not a list": lambda d: d[0].update(targets="h"),
-    "args not a list": lambda d: _call_h(d).update(args={"0": 1}),
-    "kwargs pair of three": lambda d: _call_h(d)["kwargs"].append(["a", _literal_4(d), 1]),
-    "kwargs pair as dict": lambda d: _call_h(d).update(kwargs=[{"name": 1}]),
-    "alias not a string": lambda d: _call_h(d).update(alias=["linear"]),
-    "literal value is an object": lambda d: _literal_4(d).update(value={"__class__": "os"}),
-    "literal value is a set-like tag": lambda d: _literal_4(d).update(value={"set": [1]}),
-    "float not a string": lambda d: _literal_4(d).update(value={"float": 1.5}),
-    "float not a number": lambda d: _literal_4(d).update(value={"float": "one"}),
-    "float not canonical (underscores)": lambda d: _literal_4(d).update(value={"float": "1_0.0"}),
-    "float not canonical (spaces)": lambda d: _literal_4(d).update(value={"float": " 1.0"}),
-    "tuple tag holding a dict": lambda d: _literal_4(d).update(value={"tuple": {"a": 1}}),
-    "integer beyond the literal bound": lambda d: _literal_4(d).update(value=10**25),
-    "string beyond the literal bound": lambda d: _literal_4(d).update(value="a" * 20000),
-    "string with a lone surrogate": lambda d: _literal_4(d).update(value="\ud800"),
+    "unpack not a bool": _set(_statement_1, 4, 0),
+    "targets not a list": _set(_statement_1, 3, "h"),
+    "args not a list": _set(_call_h, 4, {"0": 1}),
+    "kwargs not a list": _set(_call_h, 5, {"name": 1}),
+    "kwargs pair of three": lambda d: _call_h(d)[5].append(["a", _literal_4(d), 1]),
+    "kwargs pair as dict": _set(_call_h, 5, [{"name": 1}]),
+    "alias not a string": _set(_call_h, 3, ["linear"]),
+    "literal value is an object": _set(_literal_4, 3, {"__class__": "os"}),
+    "literal value is a set-like tag": _set(_literal_4, 3, {"set": [1]}),
+    "literal value is a bare list": _set(_literal_4, 3, [1, 2]),
+    "float not a string": _set(_literal_4, 3, {"float": 1.5}),
+    "float not a number": _set(_literal_4, 3, {"float": "one"}),
+    "float not canonical (underscores)": _set(_literal_4, 3, {"float": "1_0.0"}),
+    "float not canonical (spaces)": _set(_literal_4, 3, {"float": " 1.0"}),
+    "tuple tag holding a dict": _set(_literal_4, 3, {"tuple": {"a": 1}}),
+    "integer beyond the literal bound": _set(_literal_4, 3, 10**25),
+    "negative integer beyond the literal bound": _set(_literal_4, 3, -(10**25)),
+    "string beyond the literal bound": _set(_literal_4, 3, "a" * 20000),
+    "string with a lone surrogate": _set(_literal_4, 3, "\ud800"),
     # non-finite floats
-    "nan": lambda d: _literal_4(d).update(value={"float": "nan"}),
-    "inf": lambda d: _literal_4(d).update(value={"float": "inf"}),
-    "-inf": lambda d: _literal_4(d).update(value={"float": "-inf"}),
-    "overflow to inf": lambda d: _literal_4(d).update(value={"float": "1e400"}),
+    "nan": _set(_literal_4, 3, {"float": "nan"}),
+    "inf": _set(_literal_4, 3, {"float": "inf"}),
+    "-inf": _set(_literal_4, 3, {"float": "-inf"}),
+    "overflow to inf": _set(_literal_4, 3, {"float": "1e400"}),
     # names and aliases
-    "alias not an identifier": lambda d: _call_h(d).update(alias="os.system"),
-    "alias is a keyword": lambda d: _call_h(d).update(alias="import"),
-    "alias with a space": lambda d: _call_h(d).update(alias="linear "),
-    "name not an identifier": lambda d: d[1]["value"]["args"].__setitem__(0, {"k": "name", "name": "a.b", "pos": [2, 11]}),
-    "name is a dunder": lambda d: d[1]["value"]["args"][0].update(name="__builtins__"),
-    "target is a dunder": lambda d: d[0].update(targets=["__class__"]),
-    "target not an identifier": lambda d: d[0].update(targets=["1h"]),
-    "keyword name not an identifier": lambda d: _call_h(d)["kwargs"][0].__setitem__(0, "na-me"),
-    "keyword name is a keyword": lambda d: _call_h(d)["kwargs"][0].__setitem__(0, "lambda"),
-    "repeated keyword": lambda d: _call_h(d)["kwargs"].append(copy.deepcopy(_call_h(d)["kwargs"][0])),
+    "alias not an identifier": _set(_call_h, 3, "os.system"),
+    "alias is a keyword": _set(_call_h, 3, "import"),
+    "alias with a space": _set(_call_h, 3, "linear "),
+    "name not an identifier": _set(_name_h, 3, "a.b"),
+    "name is a dunder": _set(_name_h, 3, "__builtins__"),
+    "target is a dunder": _set(_statement_1, 3, ["__class__"]),
+    "target not an identifier": _set(_statement_1, 3, ["1h"]),
+    "keyword name not an identifier": lambda d: _call_h(d)[5][0].__setitem__(0, "na-me"),
+    "keyword name is a keyword": lambda d: _call_h(d)[5][0].__setitem__(0, "lambda"),
+    "repeated keyword": lambda d: _call_h(d)[5].append(copy.deepcopy(_call_h(d)[5][0])),
     # statement structure
-    "no targets": lambda d: d[0].update(targets=[]),
-    "two targets without unpacking": lambda d: d[0].update(targets=["a", "b"]),
-    "repeated unpacking target": lambda d: d[0].update(targets=["a", "a"], unpack=True),
-    "literal assignment value": lambda d: d[0].update(value={"k": "literal", "value": 4, "pos": [1, 5]}),
-    "expression statement that is not a call": lambda d: d.append({"k": "eval", "call": {"k": "name", "name": "x", "pos": [1, 1]}, "pos": [1, 1]}),
-    "pack inside a call": lambda d: _call_h(d)["args"].append(copy.deepcopy(d[2]["value"])),
-    "pack holding a call": lambda d: d[2]["value"]["items"].append(copy.deepcopy(_call_h(d))),
-    "empty pack": lambda d: d[2]["value"].update(items=[]),
+    "no targets": _set(_statement_1, 3, []),
+    "two targets without unpacking": _set(_statement_1, 3, ["a", "b"]),
+    "repeated unpacking target": lambda d: d[0].__setitem__(slice(3, 5), [["a", "a"], True]),
+    "literal assignment value": _set(_statement_1, 5, ["l", 1, 5, 4]),
+    "expression statement that is not a call": lambda d: d.append(["e", 1, 1, ["n", 1, 1, "x"]]),
+    "pack inside a call": lambda d: _call_h(d)[4].append(copy.deepcopy(_pack(d))),
+    "pack as a keyword value": lambda d: _call_h(d)[5].append(["other", copy.deepcopy(_pack(d))]),
+    "pack holding a call": lambda d: _pack(d)[3].append(copy.deepcopy(_call_h(d))),
+    "empty pack": _set(_pack, 3, []),
     # scheme calls only as direct values of an init mapping
-    "scheme outside init": lambda d: _literal_4(d).update(value={"scheme": "normal", "kwargs": [], "pos": [1, 1]}),
+    "scheme outside init": _set(_literal_4, 3, {"scheme": "normal", "kwargs": [], "pos": [1, 1]}),
     "scheme nested inside an init value": lambda d: _init(d).update(dict=[["weight", {"list": [_init(d)["dict"][0][1]]}]]),
-    "scheme under a non-init keyword": lambda d: _call_h(d)["kwargs"][1].__setitem__(0, "other"),
+    "scheme under a non-init keyword": lambda d: _call_h(d)[5][1].__setitem__(0, "other"),
     "unknown scheme": lambda d: _init(d)["dict"][0][1].update(scheme="system"),
     "scheme with positional-style kwargs": lambda d: _init(d)["dict"][0][1].update(kwargs=[[0, 1]]),
     "scheme with an extra field": lambda d: _init(d)["dict"][0][1].update(extra=1),
+    "init literal with an extra field": lambda d: _init_literal(d).append(1),
     # dict keys
     "duplicate dict keys": lambda d: _init(d).update(dict=[["bias", 0], ["bias", 1]]),
     "non-string dict key": lambda d: _init(d).update(dict=[[1, 0]]),
     "dict entry not a pair": lambda d: _init(d).update(dict=[["bias"]]),
     # positions
-    "position not a list": lambda d: d[0].update(pos={"line": 1}),
-    "position of one number": lambda d: d[0].update(pos=[1]),
-    "position of three numbers": lambda d: d[0].update(pos=[1, 1, 1]),
-    "position as strings": lambda d: d[0].update(pos=["1", "1"]),
-    "position as floats": lambda d: d[0].update(pos=[1.0, 1]),
-    "position as booleans": lambda d: d[0].update(pos=[True, True]),
-    "line zero": lambda d: d[0].update(pos=[0, 1]),
-    "column zero": lambda d: _literal_4(d).update(pos=[1, 0]),
-    "negative column": lambda d: _literal_4(d).update(pos=[1, -3]),
-    "line past the end of the source": lambda d: _literal_4(d).update(pos=[99, 1]),
+    "line not a number": _set(_statement_1, 1, {"line": 1}),
+    "line as a list": _set(_statement_1, 1, [1, 1]),
+    "column missing": _set(_statement_1, 2, None),
+    "position as strings": lambda d: d[0].__setitem__(slice(1, 3), ["1", "1"]),
+    "position as floats": lambda d: d[0].__setitem__(slice(1, 3), [1.0, 1]),
+    "position as booleans": lambda d: d[0].__setitem__(slice(1, 3), [True, True]),
+    "line zero": _set(_statement_1, 1, 0),
+    "column zero": _set(_literal_4, 2, 0),
+    "negative column": _set(_literal_4, 2, -3),
+    "line past the end of the source": _set(_literal_4, 1, 99),
+    "call line past the end": _set(_call_h, 1, 99),
+    "name column zero": _set(_name_h, 2, 0),
+    "pack line past the end": _set(_pack, 1, 99),
+    "init literal line zero": _set(_init_literal, 1, 0),
     "scheme position past the end": lambda d: _init(d)["dict"][0][1].update(pos=[99, 1]),
 }
 
@@ -354,10 +396,10 @@ def test_decode_program_rejects_anything_the_worker_would_not_produce(name):
     _assert_malformed(_edit(REJECTED[name]))
 
 
-def _nested_call(depth: int) -> dict:
-    node = {"k": "name", "name": "x", "pos": [1, 1]}
+def _nested_call(depth: int) -> list:
+    node = ["n", 1, 1, "x"]
     for _ in range(depth):
-        node = {"k": "call", "alias": "relu", "args": [node], "kwargs": [], "pos": [1, 1]}
+        node = ["c", 1, 1, "relu", [node], []]
     return node
 
 
@@ -369,12 +411,22 @@ def _nested_literal(depth: int):
 
 
 def test_decode_rejects_too_deep_nesting_of_calls_and_of_literals():
-    ok = [{"k": "eval", "call": _nested_call(50), "pos": [1, 1]}]
+    ok = [["e", 1, 1, _nested_call(50)]]
     assert len(decode_program(ok, load_text("relu()")).statements) == 1
-    _assert_malformed([{"k": "eval", "call": _nested_call(wire.MAX_DEPTH + 5), "pos": [1, 1]}], "relu()")
-    deep = {"k": "literal", "value": _nested_literal(wire.MAX_DEPTH + 5), "pos": [1, 1]}
-    _assert_malformed([{"k": "eval", "call": {"k": "call", "alias": "relu", "args": [deep], "kwargs": [],
-                                              "pos": [1, 1]}, "pos": [1, 1]}], "relu()")
+    _assert_malformed([["e", 1, 1, _nested_call(wire.MAX_DEPTH + 5)]], "relu()")
+    deep = ["l", 1, 1, _nested_literal(wire.MAX_DEPTH + 5)]
+    _assert_malformed([["e", 1, 1, ["c", 1, 1, "relu", [deep], []]]], "relu()")
+    # A plain int at the deepest level still counts as one more level of nesting.
+    assert decode_program([["e", 1, 1, _nested_call_with_arg(wire.MAX_DEPTH - 1)]], load_text("relu()"))
+    _assert_malformed([["e", 1, 1, _nested_call_with_arg(wire.MAX_DEPTH)]], "relu()")
+
+
+def _nested_call_with_arg(depth: int) -> list:
+    """``depth`` nested calls whose innermost takes the literal 1 at expression depth ``depth``."""
+    node = ["c", 1, 1, "relu", [["l", 1, 1, 1]], []]
+    for _ in range(depth - 1):
+        node = ["c", 1, 1, "relu", [node], []]
+    return node
 
 
 def _error_record() -> dict:
@@ -436,10 +488,40 @@ def test_the_call_past_max_nodes_is_refused_before_its_arguments_are_decoded():
     """Calls are counted as their records are reached, so the host never builds (or even checks)
     anything inside the call that passes the bound."""
     data = _over_json(encode_program(_program(NESTED)))
-    data[2]["value"]["args"] = [{"k": "exec", "code": "print(1)"}] * 10_000  # the fifth call's arguments
+    data[2][5][4] = [["exec", "print(1)"]] * 10_000  # the fifth call's arguments
     with pytest.raises(HNDLError) as caught:
         decode_program(data, load_text(NESTED), max_nodes=4)
     assert "above max_nodes=4" in caught.value.message
     with pytest.raises(HNDLError) as caught:
         decode_program(data, load_text(NESTED), max_nodes=5)
     assert "unknown expression kind" in caught.value.message
+
+
+# ---------------------------------------------------------------------------------------
+# The worker's direct encoding: the validator building wire records instead of the IR
+# ---------------------------------------------------------------------------------------
+
+WIRE_SOURCES = {
+    "rich": RICH,
+    "small": SMALL,
+    "nested": NESTED,
+    "indented and non-ascii": "\n    h = linear(x, 4, name='ünï')\n    out = relu(h)  # ✓\n",
+    "chain": "\n".join(["linear(16)"] * 50 + ["linear()"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WIRE_SOURCES))
+def test_the_wire_builder_encodes_exactly_what_encode_program_makes_of_the_ir(name):
+    source = load_text(WIRE_SOURCES[name])
+    direct = validate_config(source, aliases=ALIASES, inputs=("x",), build=wire.Wire)
+    assert _over_json(direct) == _over_json(encode_program(parse_config(source, aliases=ALIASES, inputs=("x",))))
+    assert decode_program(_over_json(direct), source) == parse_config(source, aliases=ALIASES, inputs=("x",))
+
+
+def test_the_wire_builder_refuses_exactly_what_the_ir_builder_refuses():
+    source = load_text("h = linear(x, 4)\nout = relu(h, name=1)\nlinear(y)\n")
+    with pytest.raises(HNDLError) as by_ir:
+        parse_config(source, aliases=ALIASES, inputs=("x",))
+    with pytest.raises(HNDLError) as by_wire:
+        validate_config(source, aliases=ALIASES, inputs=("x",), build=wire.Wire)
+    assert str(by_wire.value) == str(by_ir.value) and by_wire.value.location == by_ir.value.location

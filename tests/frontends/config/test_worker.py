@@ -641,8 +641,9 @@ MALFORMED_REPLIES = {
     "ok without a program": b'{"ok": true}',
     "ok with an extra key": b'{"ok": true, "program": [], "exec": "print(1)"}',
     "ok as 1": b'{"ok": 1, "program": []}',
-    "a program that is not a list": b'{"ok": true, "program": {"k": "eval"}}',
-    "a statement with an unknown kind": b'{"ok": true, "program": [{"k": "exec", "code": "1"}]}',
+    "a program that is not a list": b'{"ok": true, "program": {"e": [1, 1]}}',
+    "a statement with an unknown kind": b'{"ok": true, "program": [["exec", 1, 1, "1"]]}',
+    "a statement in the dict form": b'{"ok": true, "program": [{"k": "eval", "call": null, "pos": [1, 1]}]}',
     "an error with an unknown code": b'{"ok": false, "error": {"code": "E_PWNED", "message": "m", "line": null, '
     b'"column": null, "node": null, "field": null, "chain": [], "remedies": ["r"]}}',
     "deeply nested JSON": b"[" * 100_000 + b"]" * 100_000,
