@@ -23,8 +23,9 @@ class NodeView:
         self._state = state
         #: A mutable copy of the normalized arguments; the resolver merges new keys back.
         self.args: dict[str, Any] = dict(state.args)
-        #: Tensors whose shapes the relation read: the premises of whatever it asserts next.
-        self._read: list[TensorFacts] = []
+        #: Tensors whose shapes the relation read, in first-read order (a dict used as an
+        #: ordered set): the premises of whatever it asserts next.
+        self._read: dict[TensorFacts, None] = {}
 
     # -- reading -------------------------------------------------------------------------
     @property
@@ -46,8 +47,9 @@ class NodeView:
     def shape(self, port: str) -> Optional[list]:
         """Known entries of ``port`` (None where unknown), or None while its rank is unknown."""
         tensor = self._tensor(port)
-        self._read.append(tensor)
-        return tensor.shape()
+        self._read[tensor] = None
+        rendered = tensor.rendered()
+        return None if rendered is None else list(rendered)
 
     def dtype(self, port: str) -> Optional[str]:
         return self._tensor(port).dtype
@@ -70,15 +72,18 @@ class NodeView:
     def axis(self, port: str, index: int, value: Any, code: str = "E_CONSTRAINT") -> None:
         """Assert one extent of ``port``: an int, or a batch entry such as ``2*B``."""
         tensor = self._tensor(port)
-        self._check_axis(tensor, port, index)
+        dims = tensor.dims
+        if dims is None or not -tensor.rank <= index < tensor.rank:
+            self._unranked_axis(port, index)
         facts = tensor.facts
-        if type(value) is int and facts.value(tensor.dims[index]) == value:
+        var = dims[index]
+        if type(value) is int and _known(tensor, index, var) == value:
             return  # already known: asserting it again would add nothing
         reason = self._reason(f"{port}[{index}] = {value}")
         if isinstance(value, str):
-            facts.equate(tensor.dims[index], facts.batch, reason, ratio=batch_multiple(value, facts.batch_symbol), code=code)
+            facts.equate(var, facts.batch, reason, ratio=batch_multiple(value, facts.batch_symbol), code=code)
         else:
-            facts.set_value(tensor.dims[index], value, reason, code=code, premises=self._premises(tensor.dims[index]))
+            facts.set_value(var, value, reason, code=code, premises=self._premises(var))
 
     def equal(self, first: str, second: str) -> None:
         """Assert that two ports have the same shape."""
@@ -155,12 +160,15 @@ class NodeView:
     def interval(self, port: str, index: int, low: int, high: int) -> None:
         """Intersect one axis with the inclusive interval [low, high]; it is fixed once it collapses."""
         tensor = self._tensor(port)
-        self._check_axis(tensor, port, index)
-        known = tensor.facts.value(tensor.dims[index])
+        dims = tensor.dims
+        if dims is None or not -tensor.rank <= index < tensor.rank:
+            self._unranked_axis(port, index)
+        var = dims[index]
+        known = _known(tensor, index, var)
         if known is not None and low <= known <= high:
             return  # a known extent inside the interval: intersecting would add nothing
-        tensor.facts.bound(tensor.dims[index], low, high, self._reason(f"{port}[{index}] lies in [{low}, {high}]"),
-                           premises=self._premises(tensor.dims[index]))
+        tensor.facts.bound(var, low, high, self._reason(f"{port}[{index}] lies in [{low}, {high}]"),
+                           premises=self._premises(var))
 
     def scale(self, port: str, index: int, other: str, other_index: int, factor: int = 1) -> None:
         """Assert ``port[index] == factor * other[other_index]`` exactly, in both directions.
@@ -178,20 +186,34 @@ class NodeView:
         )
 
     def _premises(self, target: int) -> tuple[int, ...]:
-        """Known extents the relation has read so far, other than ``target``."""
-        facts = self._state.facts
-        return tuple(
-            var for tensor in dict.fromkeys(self._read) if tensor.dims
-            for var in tensor.dims[1:] if var != target and facts.value(var) is not None
-        )
+        """Known extents the relation has read so far, other than ``target``; the batch axis
+        never is one. A current rendering answers for a whole tensor at once (see ``_known``)."""
+        premises = []
+        for tensor in self._read:
+            dims = tensor.dims
+            if dims is None:
+                continue
+            rendered = tensor.watch.rendered
+            if rendered is None:
+                value = tensor.facts.value
+                premises.extend(var for var in dims[1:] if var != target and value(var) is not None)
+            else:
+                for axis in range(1, len(dims)):
+                    if type(rendered[axis]) is int and dims[axis] != target:
+                        premises.append(dims[axis])
+        return tuple(premises)
 
     def _check_axis(self, tensor: TensorFacts, port: str, index: int) -> None:
         if tensor.dims is None or not -tensor.rank <= index < tensor.rank:
-            raise HNDLError(
-                "E_REGISTRY",
-                f"relation of {self.spec.alias} used axis {index} of {port!r} before its rank was known",
-                node=self._state.node.id,
-            )
+            self._unranked_axis(port, index)
+
+    def _unranked_axis(self, port: str, index: int) -> None:
+        """A relation named an axis its port does not have (yet): a bug in the declaration."""
+        raise HNDLError(
+            "E_REGISTRY",
+            f"relation of {self.spec.alias} used axis {index} of {port!r} before its rank was known",
+            node=self._state.node.id,
+        )
 
     def _reshape_error(self, first: str, a: TensorFacts, second: str, b: TensorFacts, code: str) -> None:
         def spelled(tensor):
@@ -222,10 +244,9 @@ class NodeView:
     # -- helpers -------------------------------------------------------------------------
     def _tensor(self, port: str) -> TensorFacts:
         state = self._state
-        if port in state.inputs:
-            return state.inputs[port]
-        if port in state.outputs:
-            return state.outputs[port]
+        tensor = state.inputs.get(port) or state.outputs.get(port)
+        if tensor is not None:
+            return tensor
         raise HNDLError(
             "E_REGISTRY",
             f"relation of {self.spec.alias} names port {port!r}, which it does not declare "
@@ -235,3 +256,14 @@ class NodeView:
 
     def _reason(self, text: str) -> str:
         return f"node {self._state.node.id} ({self.spec.alias}) relation: {text}"
+
+
+def _known(tensor: TensorFacts, axis: int, var: int) -> Optional[int]:
+    """The value of ``tensor``'s axis variable ``var``, or None: read from the tensor's cached
+    rendering while it is current (an entry renders as an int exactly when its variable holds a
+    value), else asked of the facts, so that a rendering dropped by a new fact is not redrawn here."""
+    rendered = tensor.watch.rendered
+    if rendered is None:
+        return tensor.facts.value(var)
+    entry = rendered[axis]
+    return entry if type(entry) is int else None

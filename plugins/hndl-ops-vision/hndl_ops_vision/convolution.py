@@ -69,6 +69,15 @@ def transposed_offset(k: int, s: int, p: int, d: int, output_padding: int) -> in
     return -s - 2 * p + d * (k - 1) + output_padding + 1
 
 
+def spatial_windows(kernel, stride, padding, dilation) -> tuple[tuple[int, int, int, int, int], ...]:
+    """The ``(axis, k, s, p, d)`` of both spatial axes from four per-axis pairs, for window_relation."""
+    first, second = SPATIAL_AXES
+    return (
+        (first, kernel[0], stride[0], padding[0], dilation[0]),
+        (second, kernel[1], stride[1], padding[1], dilation[1]),
+    )
+
+
 def _per_axis(args, axis: int) -> tuple[int, int, int, int]:
     j = axis - SPATIAL_AXES[0]
     return args["kernel_size"][j], args["stride"][j], args["padding"][j], args["dilation"][j]
@@ -88,26 +97,40 @@ def check_groups(s) -> None:
 
 def window_relation(s, windows) -> None:
     """The conv2d equation on each ``(axis, k, s, p, d)`` of ``windows``, between ports x and out:
-    forward exactly, backward as the interval of inputs that produce the known output."""
+    forward exactly, backward as the interval of inputs that produce the known output.
+
+    A known input fixes the output, and the interval of that output always holds the input, so
+    the backward step only runs for an unknown input. An axis whose output is already the one
+    produced teaches nothing and costs a few int operations. Known extents never change, so the
+    shapes are read again only for an unknown input after an earlier axis added a fact.
+    """
     x, out = s.shape("x"), s.shape("out")
     if x is None or out is None:
         return
+    stale = False
     for axis, k, st, p, d in windows:
-        extent = s.shape("x")[axis]
+        extent = x[axis]
+        if extent is None and stale:
+            x, out = s.shape("x"), s.shape("out")
+            extent, stale = x[axis], False
         if extent is not None:
             produced = conv_output(extent, k, st, p, d)
+            if out[axis] == produced:
+                continue  # known and agreeing (a known extent is positive, so never too small)
             if produced < 1:
                 s.error("E_CONSTRAINT", f"input extent {extent} on axis {axis} is too small for kernel {k}, dilation {d}, padding {p}")
-            s.axis("out", axis, produced)
-        result = s.shape("out")[axis]
-        if result is not None:
-            s.interval("x", axis, *conv_input_interval(result, k, st, p, d))
+            s.axis("out", axis, produced)  # adds the extent, or reports the contradiction
+            stale = True
+        elif out[axis] is not None:
+            s.interval("x", axis, *conv_input_interval(out[axis], k, st, p, d))
+            stale = True
 
 
 def conv_relation(s) -> None:
     """Spatial extents of an ordinary convolution, forward exactly and backward as intervals."""
     check_groups(s)
-    window_relation(s, ((axis, *_per_axis(s.args, axis)) for axis in SPATIAL_AXES))
+    args = s.args
+    window_relation(s, spatial_windows(args["kernel_size"], args["stride"], args["padding"], args["dilation"]))
 
 
 def conv1d_relation(s) -> None:

@@ -10,7 +10,7 @@ from hndl import Arg, Example, operator
 
 from .batch_statistics import check_batch_variance, reference_batch_norm
 from .block_parts import ACTIVATIONS, same_padding
-from .convolution import SPATIAL_AXES, conv_output, window_relation
+from .convolution import conv_output, spatial_windows, window_relation
 
 #: Activation names accepted after each stage; "none" leaves the stages linear.
 STAGE_ACTIVATIONS = ("none", *ACTIVATIONS)
@@ -27,8 +27,7 @@ def _relation(s) -> None:
     """The depthwise convolution's equation per spatial axis (the 1x1 pointwise keeps H and W)."""
     args = s.args
     padding = effective_padding(args)
-    window_relation(s, ((axis, args["kernel_size"][j], args["stride"][j], padding[j], args["dilation"][j])
-                        for j, axis in enumerate(SPATIAL_AXES)))
+    window_relation(s, spatial_windows(args["kernel_size"], args["stride"], padding, args["dilation"]))
 
 
 def _stage(x, conv, norm, activation, **conv_kwargs):

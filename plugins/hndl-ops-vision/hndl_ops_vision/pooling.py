@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from hndl import Arg, HNDLError
 
-from .convolution import SPATIAL_AXES, window_relation
+from .convolution import spatial_windows, window_relation
 
 
 def pooling_args(**extra: Arg) -> dict[str, Arg]:
@@ -48,7 +48,4 @@ def pool_relation(s) -> None:
     if "stride" not in args:
         s.arg("stride", args["kernel_size"])
     dilation = args.get("dilation", (1, 1))
-    window_relation(s, (
-        (axis, args["kernel_size"][j], args["stride"][j], args["padding"][j], dilation[j])
-        for j, axis in enumerate(SPATIAL_AXES)
-    ))
+    window_relation(s, spatial_windows(args["kernel_size"], args["stride"], args["padding"], dilation))
