@@ -223,13 +223,16 @@ class Facts:
                     chain=(self._reason[root], reason),
                 )
             return
-        self._check_members(root, root_value, reason, code, origin=var)
-        self._check_bounds(root, root_value, reason, code)
+        members = self._members[root]
+        if len(members) != 1 or type(root_value) is not int or not 0 < root_value <= self.max_dimension:
+            self._check_members(root, root_value, reason, code, origin=var)
+        if root in self._bounds:
+            self._check_bounds(root, root_value, reason, code)
         self._value[root] = int(root_value)
         self._reason[root] = reason
         self._origin[root] = (var, reason, tuple(premises), self.actor)
         self.version += 1
-        self._gained(self._members[root])
+        self._gained(members)
 
     def bound(self, var: int, lo: int, hi: int, reason: str, *, code: str = "E_CONSTRAINT", premises: tuple = ()) -> None:
         """Intersect ``var`` with the inclusive interval [lo, hi]; a single survivor fixes it."""
