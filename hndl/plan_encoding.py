@@ -12,7 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
+from itertools import chain
 from json.encoder import encode_basestring
+from operator import attrgetter, itemgetter, methodcaller
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
@@ -179,13 +182,144 @@ _WIDE_INT = 10**19  # any int strictly inside +-10**19 is at most 20 characters
 def require_savable(plan) -> None:
     """Refuse, at resolution, a plan that could not be saved and restored (§10: 16 MiB, UTF-8).
 
-    Node sizes are bounded without encoding them (``_size_bound``: exact for ASCII text,
-    numbers at their widest, 1.2-1.5x the real size), a walk about half the cost of encoding;
-    only a plan whose bound passes MAX_PLAN_BYTES is encoded to measure it exactly.
+    Node sizes are bounded without encoding them (numbers at their widest, text exactly,
+    1.2-1.5x the real size); only a plan whose bound passes MAX_PLAN_BYTES is encoded to
+    measure it exactly. ``_gathered_bound`` computes the bound in one flat pass; a plan it does
+    not expect, or one holding bad text or a digit flood, is walked by ``_walked_bound``, which
+    names the node at fault.
     """
+    size = _gathered_bound(plan)
+    if size is None:
+        size = _walked_bound(plan)
+    if size <= MAX_PLAN_BYTES:
+        return
+    exact = len(fields_body(plan_record(plan))) + DIGESTS_BYTES
+    if exact > MAX_PLAN_BYTES:
+        raise HNDLError(
+            "E_RESOURCE",
+            f"the plan of {len(plan.nodes)} nodes would be saved as {exact} bytes of JSON, above the "
+            f"{MAX_PLAN_BYTES // 2**20} MiB a saved plan may hold (MAX_PLAN_BYTES), so it could not be restored",
+            remedies=("Shrink the graph, or shorten the names and text arguments its nodes repeat.",),
+        )
+
+
+def _plan_frame_bytes(plan) -> int:
+    """The bytes of the saved plan outside its node list's items."""
+    return len(canonical(_header_record(plan))) + DIGESTS_BYTES + len(',"nodes":[]')
+
+
+#: Per node, the bytes of its field names and punctuation, the braces of its eight containers
+#: (args, inputs, outputs, both shape maps, source, derivations, provenance) and the comma
+#: after it in the node list.
+_NODE_FRAME = NODE_OVERHEAD + 1 + 2 * 8
+_NODE_FIELDS = attrgetter(
+    "id", "op", "args", "inputs", "outputs", "input_shapes", "output_shapes", "initialization",
+    "trainability", "source", "provenance",
+)
+_SOURCE_SCALARS = itemgetter(*sorted(SOURCE_FIELDS - {"derivations"}))
+_values = methodcaller("values")
+_flat = chain.from_iterable
+#: Integers whose JSON no float equal to them outgrows (floats below 1e16 print as at most 19 characters).
+_NARROW_INT = 10**16
+
+
+def _gathered_bound(plan) -> Optional[int]:
+    """The bound ``_walked_bound`` gives (to a few bytes), computed field by field over all nodes
+    at once with no Python code per node; None where only that walk can tell: a form it does not
+    expect, a lone surrogate, a digit flood.
+
+    The texts of every node (ids, names, keys, port bindings, explanations) are joined and
+    measured once: a JSON escape is per character, so the joined escape is the sum of the parts.
+    The other values are bounded once per distinct value, however many nodes repeat it.
+    """
+    nodes = plan.nodes
+    if not nodes:
+        return None
+    try:
+        (ids, ops, args, inputs, outputs, input_shapes, output_shapes, initializations, trainabilities,
+         sources, provenances) = zip(*map(_NODE_FIELDS, nodes))
+        derivations = tuple(map(itemgetter("derivations"), sources))
+        source_scalars = tuple(_flat(map(_SOURCE_SCALARS, sources)))  # KeyError unless every source has them
+        steps = tuple(_flat(map(_values, derivations)))
+        expected = (
+            set(map(type, outputs)) == {tuple} and set(map(type, derivations)) == {MappingProxyType}
+            and set(map(type, steps)) <= {tuple} and sum(map(len, sources)) == len(SOURCE_FIELDS) * len(nodes)
+        )
+        if not expected:
+            return None
+        keys = list(_flat((*args, *inputs, *input_shapes, *output_shapes, *sources, *derivations, *provenances)))
+        items = list(_flat((*outputs, *steps)))
+        texts = [*ids, *ops, *_flat(map(_values, inputs)), *_flat(map(_values, provenances))]
+        text_bytes = _text_bytes("".join(_flat((keys, items, texts))))
+        values_bound = _distinct_values_bound((
+            *_flat(map(_values, args)), *source_scalars,
+            *_flat(map(_values, input_shapes)), *_flat(map(_values, output_shapes)),
+        ))
+        records_bound = _shared_objects_bound(initializations + trainabilities)
+        return (
+            _plan_frame_bytes(plan) + _NODE_FRAME * len(nodes) + 2 * len(steps)
+            + text_bytes + 4 * len(keys) + 3 * len(items) + 2 * len(texts) + values_bound + records_bound
+        )
+    except Exception:  # a form, text or number only the walk reports, each exactly as it always has
+        return None
+
+
+def _text_bytes(text: str) -> int:
+    """The UTF-8 bytes of ``text`` written as a JSON string, without its quotes."""
+    if text.isascii() and text.isprintable():  # only quotes and backslashes are escaped
+        return len(text) + text.count('"') + text.count("\\")
+    escaped = encode_basestring(text)
+    return (len(escaped) if escaped.isascii() else len(escaped.encode("utf-8"))) - 2
+
+
+def _distinct_values_bound(values: tuple) -> int:
+    """``_size_bound`` summed over ``values``, bounding each distinct value once.
+
+    Equal values share one bound when the first of them stands for the others (``_stands_for_equals``);
+    otherwise, and when a value is unhashable, each distinct object is bounded instead.
+    """
+    try:
+        counts = Counter(values)
+    except TypeError:  # a mapping among the values
+        return _shared_objects_bound(values)
+    if not all(map(_stands_for_equals, counts)):
+        return _shared_objects_bound(values)
+    return sum(count * _size_bound(value) for value, count in counts.items())
+
+
+def _stands_for_equals(value: Any) -> bool:
+    """Whether ``_size_bound(value)`` also bounds every value equal to it.
+
+    Equality crosses types (``1 == 1.0 == True``): text, booleans and None are bounded
+    alike whatever they equal, an int under 10**16 by 20 characters, which no float equal to
+    it outgrows, and a float by 24, which only a long integer equal to it would outgrow.
+    """
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -_NARROW_INT < value < _NARROW_INT
+    if kind is float:
+        return -_NARROW_INT < value < _NARROW_INT or not value.is_integer()
+    return kind is tuple and all(map(_stands_for_equals, value))
+
+
+def _shared_objects_bound(values: tuple) -> int:
+    """``_size_bound`` summed over ``values``, bounding each distinct object once."""
+    counts = Counter(map(id, values))
+    shared = _SHARED_SIZES
+    if shared.keys() >= counts.keys():
+        return sum(count * shared[key] for key, count in counts.items())
+    objects = dict(zip(map(id, values), values))
+    return sum(count * (shared.get(key) or _size_bound(objects[key])) for key, count in counts.items())
+
+
+def _walked_bound(plan) -> int:
+    """The plan's size bound, node by node, refusing the node that holds a lone surrogate or
+    an integer too long to write."""
     node_id = None
     try:
-        size = len(canonical(_header_record(plan))) + DIGESTS_BYTES + len(',"nodes":[]')
+        size = _plan_frame_bytes(plan)
         shapes: dict[int, int] = {}
         for node in plan.nodes:
             node_id = node.id
@@ -201,16 +335,7 @@ def require_savable(plan) -> None:
     except ValueError as error:  # Python's 4300-digit limit on int -> str
         raise HNDLError("E_RESOURCE", f"the plan holds an integer too long to save ({error})", node=node_id,
                         remedies=("Use integers of at most a few dozen digits.",)) from None
-    if size <= MAX_PLAN_BYTES:
-        return
-    exact = len(fields_body(plan_record(plan))) + DIGESTS_BYTES
-    if exact > MAX_PLAN_BYTES:
-        raise HNDLError(
-            "E_RESOURCE",
-            f"the plan of {len(plan.nodes)} nodes would be saved as {exact} bytes of JSON, above the "
-            f"{MAX_PLAN_BYTES // 2**20} MiB a saved plan may hold (MAX_PLAN_BYTES), so it could not be restored",
-            remedies=("Shrink the graph, or shorten the names and text arguments its nodes repeat.",),
-        )
+    return size
 
 
 def _node_bound(node: PlanNode, shapes: dict) -> int:
