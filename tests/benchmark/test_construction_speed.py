@@ -11,7 +11,7 @@ time, the figure least disturbed by other load on the machine (as in test_runtim
 Targets (issue 19): ``network()`` <= 2x handwritten, of which build is this file's part:
 build <= 3x here (about 2.3x measured, 11x before the issue's build work, where the meta pass
 built every node and ``nn.Linear`` ran under a device context). The whole call is asserted
-only against a regression bound (8x; about 5.7x measured while resolution is 3x on its own):
+only against a regression bound (8x; about 4.8x measured while resolution is 2.7x on its own):
 the 2x target needs resolution sped up too, and the figures printed say how far it is.
 ``HNDL_BENCHMARK_ROUNDS`` overrides the number of rounds (default 15).
 

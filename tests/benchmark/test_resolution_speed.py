@@ -147,8 +147,8 @@ def test_resolution_against_a_meta_device_trace():
     print("\nagainst a meta trace (target <= 0.5x)\n" + "\n".join(
         f"  {name:16s} trace {traced * 1e3:6.1f} ms  resolve {resolved * 1e3:6.1f} ms  {resolved / traced:.2f}x"
         for name, traced, resolved in rows))
-    for name, traced, resolved in rows:
-        assert resolved < 5 * traced, f"{name}: resolution {resolved / traced:.2f}x a meta trace"
+    for name, traced, resolved in rows:  # the target, met with 2x headroom (0.10x and 0.22x measured)
+        assert resolved < 0.5 * traced, f"{name}: resolution {resolved / traced:.2f}x a meta trace"
 
 
 def test_ten_thousand_node_plan_round_trip():
