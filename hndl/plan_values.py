@@ -29,34 +29,6 @@ def freeze(value: Any) -> Any:
 
 SCALARS = frozenset({str, int, float, bool, type(None)})
 
-
-def exact_key(value: Any) -> Any:
-    """A hashable key that is equal for two values exactly when they are the same data, types
-    included (``True`` is not ``1``, ``1.0`` is not ``1``, ``-0.0`` is not ``0.0``); None for data
-    of any other kind. Caches of work that depends only on argument values key on it."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return kind, value
-    if kind is float:
-        return kind, repr(value)
-    if kind is tuple or kind is list:
-        items = tuple(map(exact_key, value))
-        return None if None in items else (kind, items)
-    if kind is dict or kind is MappingProxyType:
-        items = []
-        for key, item in value.items():
-            if type(key) is not str:
-                return None
-            item_kind = type(item)
-            if item_kind is str or item_kind is int or item_kind is bool or item is None:
-                items.append((key, item_kind, item))
-            else:
-                item_key = exact_key(item)
-                if item_key is None:
-                    return None
-                items.append((key, item_key))
-        return kind, tuple(items)
-    return None
 _CONSTANTS: set[int] = set()
 
 
@@ -85,3 +57,32 @@ def thaw(value: Any) -> Any:
     if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
         return {key: thaw(item) for key, item in value.items()}
     return value
+
+
+def exact_key(value: Any) -> Any:
+    """A hashable key that is equal for two values exactly when they are the same data, types
+    included (``True`` is not ``1``, ``1.0`` is not ``1``, ``-0.0`` is not ``0.0``); None for data
+    of any other kind. Caches of work that depends only on argument values key on it."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return kind, value
+    if kind is float:
+        return kind, repr(value)
+    if kind is tuple or kind is list:
+        items = tuple(map(exact_key, value))
+        return None if None in items else (kind, items)
+    if kind is dict or kind is MappingProxyType:
+        items = []
+        for key, item in value.items():
+            if type(key) is not str:
+                return None
+            item_kind = type(item)
+            if item_kind is str or item_kind is int or item_kind is bool or item is None:
+                items.append((key, item_kind, item))
+            else:
+                item_key = exact_key(item)
+                if item_key is None:
+                    return None
+                items.append((key, item_key))
+        return kind, tuple(items)
+    return None

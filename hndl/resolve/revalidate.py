@@ -18,7 +18,7 @@ from ..limits import limits_in_force
 from ..plan_values import exact_key
 from ..registry import using_registry
 from .facts import Facts, TensorFacts
-from .sweep import apply_node, build_tensors, check_dtypes, node_state
+from .sweep import apply_node, build_tensors, check_dtypes, node_state, tensor_label
 
 INCONSISTENT = ("E_CONSTRAINT", "E_RESHAPE", "E_AMBIGUOUS", "E_UNRESOLVED", "E_DTYPE", "E_ARGUMENT",
                 "E_POLICY_CONFLICT")
@@ -89,37 +89,33 @@ def _check_nodes_alone(plan, graph: Graph, order: list[Node], shapes: dict[str, 
     dtypes = {f"input:{port.name}": port.dtype for port in graph.contracts.inputs}
     verified: dict = {}
     for node in order:
-        refs = [str(ref) for ref in node.inputs.values()]
-        outputs = [f"node:{node.id}/{port}" for port in node.outputs]
+        refs = [*node.inputs.values()]
+        outputs = [Ref(node.id, port) for port in node.outputs]
         key = (node.spec, exact_key(node.args), tuple(node.inputs), node.outputs,
-               tuple(shapes[ref] for ref in refs), tuple(shapes[ref] for ref in outputs),
-               tuple(dtypes[ref] for ref in refs))
+               tuple(shapes[str(ref)] for ref in refs), tuple(shapes[str(ref)] for ref in outputs),
+               tuple(dtypes[str(ref)] for ref in refs))
         produced = verified.get(key) if key[1] is not None else None
         if produced is None:
             produced = _check_alone(plan, node, refs, outputs, shapes, dtypes, limits)
             if key[1] is not None:
                 verified[key] = produced
-        dtypes.update(zip(outputs, produced))
+        dtypes.update(zip(map(str, outputs), produced))
 
 
-def _check_alone(plan, node: Node, refs: list[str], outputs: list[str], shapes, dtypes, limits) -> tuple:
+def _check_alone(plan, node: Node, refs: list[Ref], outputs: list[Ref], shapes, dtypes, limits) -> tuple:
     """Apply ``node`` alone to its seeded ports; the dtypes it produces."""
     facts = Facts(batch_symbol=plan.batch, max_dimension=limits["max_dimension"])
     tensors = {}
     for ref in (*refs, *outputs):
-        if ref not in tensors:
-            tensor = tensors[ref] = TensorFacts(facts, _label(ref))
-            tensor.dtype = dtypes.get(ref)
-            _seed(tensor, shapes[ref], ref, facts)
+        text = str(ref)
+        if text not in tensors:
+            tensor = tensors[text] = TensorFacts(facts, tensor_label(ref))
+            tensor.dtype = dtypes.get(text)
+            _seed(tensor, shapes[text], text, facts)
     state = node_state(node, tensors, facts)
     check_dtypes([state], tensors, plan.dtype)
     apply_node(state)
-    return tuple(tensors[ref].dtype for ref in outputs)
-
-
-def _label(ref: str) -> str:
-    """The tensor label build_tensors gives ``ref`` (``input x``, ``n1.out``)."""
-    return f"input {ref[6:]}" if ref.startswith("input:") else ref[5:].replace("/", ".")
+    return tuple(tensors[str(ref)].dtype for ref in outputs)
 
 
 def _check_whole_graph(plan, graph: Graph, order: list[Node], shapes: dict[str, tuple], limits) -> None:

@@ -14,7 +14,7 @@ from typing import Optional
 
 from ..contracts import COMPUTE_DTYPES, INTEGER_DTYPES
 from ..errors import CODES, HNDLError
-from ..graph import Graph, Node
+from ..graph import Graph, Node, Ref
 from ..registry import active_registry
 from .facts import Facts, TensorFacts
 from .normalize import normalize_node
@@ -27,13 +27,18 @@ def build_tensors(graph: Graph, facts: Facts) -> dict[str, TensorFacts]:
     """One TensorFacts per external input and per node output, keyed by the reference text."""
     tensors = {}
     for port in graph.contracts.inputs:
-        tensor = TensorFacts(facts, f"input {port.name}")
+        tensor = TensorFacts(facts, tensor_label(Ref(None, port.name)))
         tensor.dtype = port.dtype
         tensors[f"input:{port.name}"] = tensor
     for node in graph.nodes:
         for port in node.outputs:
-            tensors[f"node:{node.id}/{port}"] = TensorFacts(facts, f"{node.id}.{port}")
+            tensors[f"node:{node.id}/{port}"] = TensorFacts(facts, tensor_label(Ref(node.id, port)))
     return tensors
+
+
+def tensor_label(ref: Ref) -> str:
+    """How messages name a tensor: ``input x`` for an external input, ``n1.out`` for a node output."""
+    return f"input {ref.port}" if ref.node is None else f"{ref.node}.{ref.port}"
 
 
 def node_state(node: Node, tensors: dict[str, TensorFacts], facts: Facts) -> NodeState:
