@@ -37,14 +37,6 @@ from .plan_encoding import (  # noqa: F401  (the format's public surface, restat
 from .plan_restoration import read_plan_file  # noqa: F401  (restated)
 from .plan_restoration import restore
 
-# The names these had when this module held the encoding itself (tests re-sign mutated plans with them).
-_digest = digest_of
-_semantic_record = semantic_record
-_body = fields_body
-_sha256 = sha256_of
-_with_digests = with_digests
-
-
 def from_json(text: Any, *, registry=None, limits: Optional[Mapping[str, int]] = None) -> ResolvedPlan:
     """Restore a saved plan, checking format, versions, digests and every concrete equation."""
     return restore(text, plan_type=ResolvedPlan, node_type=PlanNode, registry=registry, limits=limits)

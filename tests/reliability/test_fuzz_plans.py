@@ -85,10 +85,10 @@ def with_digests(record) -> str:
     semantic digest reads; the text then exercises the format checks instead.
     """
     try:
-        semantic = persist._digest(persist._semantic_record(record))
-        body = persist._body(record)
-        artifact = persist._sha256(persist._with_digests(body, semantic))
-        return persist._with_digests(body, semantic, artifact).decode("utf-8")
+        semantic = persist.digest_of(persist.semantic_record(record))
+        body = persist.fields_body(record)
+        artifact = persist.sha256_of(persist.with_digests(body, semantic))
+        return persist.with_digests(body, semantic, artifact).decode("utf-8")
     except (KeyError, TypeError, AttributeError, ValueError, RecursionError, IndexError):
         return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 

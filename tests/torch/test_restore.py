@@ -275,15 +275,15 @@ def test_tampered_plan_text_is_e_integrity(saved):
 
 
 def test_tampered_plan_with_recomputed_digests_fails_its_equations(saved):
-    from hndl.persist import _body, _digest, _semantic_record, _sha256, _with_digests
+    from hndl.persist import digest_of, fields_body, semantic_record, sha256_of, with_digests
 
     plan, _, _ = saved
     record = json.loads(plan.to_json())
     record["nodes"][0]["output_shapes"]["out"] = ["B", 33]  # digests recomputed, equations broken
     del record["digests"]
-    semantic = _digest(_semantic_record(record))
-    body = _body(record)
-    text = _with_digests(body, semantic, _sha256(_with_digests(body, semantic))).decode("utf-8")
+    semantic = digest_of(semantic_record(record))
+    body = fields_body(record)
+    text = with_digests(body, semantic, sha256_of(with_digests(body, semantic))).decode("utf-8")
     with raises("E_INTEGRITY"):
         restore(text, device="cpu")
 

@@ -503,12 +503,8 @@ def _check_ast_budgets(module: ast.Module, source: Source, budgets: Mapping[str,
 
     The module is depth 1. Every AST object counts as a node except the Load/Store/Del
     expression contexts, which carry no content and would only inflate the measures.
-    A tree within both budgets is measured by the cheaper level-by-level count; only a tree
-    past one is walked again in stack order, to report the very node the budget ends at.
     """
     max_nodes, max_depth = budgets["max_ast_nodes"], budgets["max_ast_depth"]
-    if _within_ast_budgets(module, max_nodes, max_depth):
-        return
     node_type, context = ast.AST, ast.expr_context
     child_fields = _CHILD_FIELDS
     # Each entry is (node, depth, parent entry); the parent chain is followed only on failure,
@@ -540,47 +536,6 @@ def _check_ast_budgets(module: ast.Module, source: Source, budgets: Mapping[str,
                 push((value, depth, entry))
 
 
-def _within_ast_budgets(module: ast.Module, max_nodes: int, max_depth: int) -> bool:
-    """Whether the tree has at most ``max_nodes`` counted nodes and none deeper than ``max_depth``.
-
-    The same nodes as ``_check_ast_budgets`` counts, one level at a time; leaves (names and
-    constants, the bulk of a configuration) are counted where they are found, never queued.
-    """
-    node_type, context, leaves = ast.AST, ast.expr_context, _LEAF_TYPES
-    child_fields = _CHILD_FIELDS
-    level, depth, count = [module], 1, 0
-    while level:
-        count += len(level)
-        if count > max_nodes or depth > max_depth:
-            return False
-        depth += 1
-        below: list = []
-        push = below.append
-        found = 0  # leaves one level down
-        for node in level:
-            fields = child_fields.get(type(node))
-            if fields is None:
-                fields = child_fields[type(node)] = _child_fields(type(node))
-            for field in fields:
-                value = getattr(node, field, None)
-                if isinstance(value, list):
-                    for item in value:
-                        if type(item) in leaves:
-                            found += 1
-                        elif isinstance(item, node_type) and not isinstance(item, context):
-                            push(item)
-                elif type(value) in leaves:
-                    found += 1
-                elif isinstance(value, node_type) and not isinstance(value, context):
-                    push(value)
-        if found:
-            count += found
-            if count > max_nodes or depth > max_depth:
-                return False
-        level = below
-    return True
-
-
 #: Fields that only ever hold text, numbers, constants or an expression context, never a
 #: counted node; skipping them changes no count. Only the most frequent node types are listed.
 _LEAF_FIELDS: Mapping[type, frozenset[str]] = {
@@ -589,8 +544,6 @@ _LEAF_FIELDS: Mapping[type, frozenset[str]] = {
     ast.keyword: frozenset({"arg"}),
 }
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
-#: Node types without any child node.
-_LEAF_TYPES = frozenset({ast.Name, ast.Constant})
 
 
 def _child_fields(kind: type) -> tuple[str, ...]:

@@ -43,58 +43,57 @@ def encode_program(program: Program) -> list:
 
 
 def _statement(statement) -> list:
-    pos = statement.pos
+    pos = (statement.pos.line, statement.pos.column)
     if type(statement) is Assign:
-        return ["a", pos.line, pos.column, list(statement.targets), statement.unpack, _expr(statement.value)]
-    return ["e", pos.line, pos.column, _expr(statement.call)]
+        return Wire.assign(list(statement.targets), statement.unpack, _expr(statement.value), pos)
+    return Wire.evaluate(_expr(statement.call), pos)
 
 
 def _expr(expr) -> list:
-    kind, pos = type(expr), expr.pos
+    kind, pos = type(expr), (expr.pos.line, expr.pos.column)
     if kind is Call:
-        return ["c", pos.line, pos.column, expr.alias, [_expr(arg) for arg in expr.args],
-                [[key, _expr(value)] for key, value in expr.kwargs]]
+        return Wire.call(expr.alias, [_expr(arg) for arg in expr.args],
+                         [[key, _expr(value)] for key, value in expr.kwargs], pos)
     if kind is Name:
-        return ["n", pos.line, pos.column, expr.name]
+        return Wire.name(expr.name, pos)
     if kind is Pack:
-        return ["p", pos.line, pos.column, [_expr(item) for item in expr.items]]
-    value = expr.value
-    return ["l", pos.line, pos.column, value if type(value) is int else _value(value)]
+        return Wire.pack([_expr(item) for item in expr.items], pos)
+    return Wire.literal(expr.value, pos)
 
 
 class Wire:
-    """The validator's builder for the worker: each accepted form straight into its wire
-    record (``grammar.validate_config(..., build=Wire)``), so the worker never builds an IR
-    only to encode it. Records are tuples, which JSON writes as the arrays above; the result
-    equals ``encode_program`` of the IR the default builder makes from the same source."""
+    """The one place the records above are laid out. The validator builds with it in the
+    worker (``grammar.validate_config(..., build=Wire)``), so the worker never builds an IR only
+    to encode it; ``encode_program`` walks an IR through it. Records are lists (the validator's
+    argument tuples inside them), which JSON writes as the arrays above."""
 
     @staticmethod
     def position(line: int, column: int) -> tuple[int, int]:
         return line, column
 
     @staticmethod
-    def name(name: str, pos: tuple[int, int]) -> tuple:
-        return "n", pos[0], pos[1], name
+    def name(name: str, pos: tuple[int, int]) -> list:
+        return ["n", pos[0], pos[1], name]
 
     @staticmethod
-    def literal(value: Any, pos: tuple[int, int]) -> tuple:
-        return "l", pos[0], pos[1], value if type(value) is int else _value(value)
+    def literal(value: Any, pos: tuple[int, int]) -> list:
+        return ["l", pos[0], pos[1], value if type(value) is int else _value(value)]
 
     @staticmethod
-    def call(alias: str, args: tuple, kwargs: tuple, pos: tuple[int, int]) -> tuple:
-        return "c", pos[0], pos[1], alias, args, kwargs
+    def call(alias: str, args: tuple, kwargs: tuple, pos: tuple[int, int]) -> list:
+        return ["c", pos[0], pos[1], alias, args, kwargs]
 
     @staticmethod
-    def pack(items: tuple, pos: tuple[int, int]) -> tuple:
-        return "p", pos[0], pos[1], items
+    def pack(items: tuple, pos: tuple[int, int]) -> list:
+        return ["p", pos[0], pos[1], items]
 
     @staticmethod
-    def assign(targets: tuple, unpack: bool, value: tuple, pos: tuple[int, int]) -> tuple:
-        return "a", pos[0], pos[1], targets, unpack, value
+    def assign(targets: tuple, unpack: bool, value: list, pos: tuple[int, int]) -> list:
+        return ["a", pos[0], pos[1], targets, unpack, value]
 
     @staticmethod
-    def evaluate(call: tuple, pos: tuple[int, int]) -> tuple:
-        return "e", pos[0], pos[1], call
+    def evaluate(call: list, pos: tuple[int, int]) -> list:
+        return ["e", pos[0], pos[1], call]
 
     @staticmethod
     def program(statements: tuple, source: Source) -> tuple:
