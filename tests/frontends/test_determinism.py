@@ -10,7 +10,8 @@ import pytest
 
 import hndl
 from hndl import Registry
-from hndl.frontends.config.grammar import Assign, Call, Literal, Name, Pack, SchemeCall, parse_config
+from hndl.frontends.config.grammar import parse_config
+from hndl.frontends.config.ir import Assign, Call, Literal, Name, Pack, SchemeCall
 from hndl.frontends.config.source import load_text
 from hndl.construction import make_scheme
 

@@ -305,14 +305,14 @@ def test_the_budget_walk_of_a_dense_source_is_fast_and_located():
     no absolute floor for load to break."""
     import ast
 
-    from hndl.frontends.config import grammar
-    from hndl.frontends.config.source import load_text
+    from hndl.frontends.config.source import load_text, resolve_budgets
+    from hndl.frontends.config.syntax import check_ast_budgets
 
     source = load_text("relu();" * 10**5)
     module = ast.parse(source.text)
     start = time.perf_counter()
     with pytest.raises(HNDLError) as caught:
-        grammar._check_ast_budgets(module, source, grammar.resolve_budgets(None))
+        check_ast_budgets(module, source, resolve_budgets(None))
     seconds = time.perf_counter() - start
     assert caught.value.code == "E_RESOURCE"
     # the 200,001st node in depth-first order (last statement first) is the Name of call 66,667

@@ -1,15 +1,13 @@
 """The python_config@1 grammar: a pinned, allowlisted Python AST subset (§7, §11).
 
-Source is parsed with ``ast.parse`` pinned to the Python 3.11 grammar, the whole tree is
-checked against the node-count and depth budgets, and then every statement is validated
-against the allowlist while a small immutable statement IR is built. Nothing is evaluated,
+A source read and budget-checked by ``syntax`` is validated statement by statement against
+the allowlist while the immutable statement IR of ``ir`` is built. Nothing is evaluated,
 executed or compiled to code: literal values are read directly from the tree with bounded
 traversal, and the IR is returned only after the complete module has been accepted.
 
-The IR carries no meaning beyond syntax and name scoping. Which operator a call reaches,
-which arguments are tensor ports, and what the values mean are the interpreter's business;
-this module only guarantees that the shapes it hands over are the ones listed below and
-that every position is in the author's original (pre-dedent) coordinates.
+Which operator a call reaches, which arguments are tensor ports, and what the values mean
+are the interpreter's business; this module only guarantees the shapes of the IR it hands
+over.
 """
 
 from __future__ import annotations
@@ -18,197 +16,22 @@ import ast
 import math
 import re
 from keyword import iskeyword
-from dataclasses import dataclass
 from typing import Any, Collection, Mapping, NoReturn, Optional, Sequence, Union
 
 from ...construction import SCHEME_NAMES
 from ...errors import HNDLError
 from ...limits import SOURCE_BUDGETS
+from .ir import IR, Assign, Call, Evaluate, Expr, Literal, Name, Pack, Pos, Program, SchemeCall, Statement
 from .source import Source, resolve_budgets
+from .syntax import FORMATTED_STRINGS, REMEDY_SYNTAX, check_ast_budgets, parse_module, reject_formatted_strings
 
-__all__ = [
-    "GRAMMAR_VERSION",
-    "PARSER_FEATURE_VERSION",
-    "SCHEME_NAMES",
-    "Pos",
-    "Name",
-    "Literal",
-    "SchemeCall",
-    "Call",
-    "Expr",
-    "Pack",
-    "Assign",
-    "Evaluate",
-    "Statement",
-    "Program",
-    "parse_config",
-    "validate_config",
-    "IR",
-    "reject_formatted_strings",
-    "unknown_operator",
-]
+__all__ = ["GRAMMAR_VERSION", "UNKNOWN_OPERATOR", "parse_config", "validate_config", "unknown_operator"]
 
 #: The frontend version recorded with source provenance.
 GRAMMAR_VERSION = "python_config@1"
-#: The Python grammar the parser is pinned to, whatever the host interpreter accepts.
-PARSER_FEATURE_VERSION = (3, 11)
-#: The filename of the one AST-only compile the parser performs (the worker's audit hook allows only it).
-PARSE_FILENAME = "<hndl-config>"
 #: The message of an unknown callee; the host reads the name back to suggest the fix (``unknown_operator``).
 UNKNOWN_OPERATOR = "unknown operator '{}'"
 _UNKNOWN_OPERATOR = re.compile(r"unknown operator '(\w+)'\Z")
-
-
-# ---------------------------------------------------------------------------------------
-# Statement IR
-# ---------------------------------------------------------------------------------------
-
-
-# The IR is built once per statement in the worker and again in the host, so its records take
-# their fields through the instance dict directly: the frozen dataclass __init__ would route
-# every field through object.__setattr__, which costs about twice as much. They stay frozen.
-
-
-@dataclass(frozen=True, init=False)
-class Pos:
-    """A position in the original source: 1-based line and 1-based column."""
-
-    line: int
-    column: int
-
-    def __init__(self, line: int, column: int) -> None:
-        fields = self.__dict__
-        fields["line"] = line
-        fields["column"] = column
-
-
-@dataclass(frozen=True, init=False)
-class Name:
-    """A reference to a tensor local or external input defined earlier."""
-
-    name: str
-    pos: Pos
-
-    def __init__(self, name: str, pos: Pos) -> None:
-        fields = self.__dict__
-        fields["name"] = name
-        fields["pos"] = pos
-
-
-@dataclass(frozen=True, init=False)
-class Literal:
-    """An argument literal: int/float/bool/str/None or tuple/list/dict of literals.
-
-    Dict keys are str. The only non-literal values are ``SchemeCall`` records, and only
-    as direct values of the dict given to an ``init`` keyword.
-    """
-
-    value: Any
-    pos: Pos
-
-    def __init__(self, value: Any, pos: Pos) -> None:
-        fields = self.__dict__
-        fields["value"] = value
-        fields["pos"] = pos
-
-
-@dataclass(frozen=True)
-class SchemeCall:
-    """An initializer scheme call such as ``xavier_uniform(gain=1.0)``; literal kwargs only."""
-
-    scheme: str
-    kwargs: tuple[tuple[str, Any], ...]
-    pos: Pos
-
-
-@dataclass(frozen=True, init=False)
-class Call:
-    """A registered operator call, with arguments in source order."""
-
-    alias: str
-    args: tuple["Expr", ...]
-    kwargs: tuple[tuple[str, "Expr"], ...]
-    pos: Pos
-
-    def __init__(self, alias: str, args: tuple["Expr", ...], kwargs: tuple[tuple[str, "Expr"], ...], pos: Pos) -> None:
-        fields = self.__dict__
-        fields["alias"] = alias
-        fields["args"] = args
-        fields["kwargs"] = kwargs
-        fields["pos"] = pos
-
-
-Expr = Union[Name, Literal, Call]
-
-
-@dataclass(frozen=True)
-class Pack:
-    """A flat tuple/list of tensor names used as an assignment value."""
-
-    items: tuple[Name, ...]
-    pos: Pos
-
-
-@dataclass(frozen=True, init=False)
-class Assign:
-    """``a = value`` (``unpack=False``) or ``a, b = value`` (``unpack=True``)."""
-
-    targets: tuple[str, ...]
-    unpack: bool
-    value: Union[Name, Pack, Call]
-    pos: Pos
-
-    def __init__(self, targets: tuple[str, ...], unpack: bool, value: Union[Name, Pack, Call], pos: Pos) -> None:
-        fields = self.__dict__
-        fields["targets"] = targets
-        fields["unpack"] = unpack
-        fields["value"] = value
-        fields["pos"] = pos
-
-
-@dataclass(frozen=True, init=False)
-class Evaluate:
-    """An expression statement consisting of exactly one operator call."""
-
-    call: Call
-    pos: Pos
-
-    def __init__(self, call: Call, pos: Pos) -> None:
-        fields = self.__dict__
-        fields["call"] = call
-        fields["pos"] = pos
-
-
-Statement = Union[Assign, Evaluate]
-
-
-@dataclass(frozen=True)
-class Program:
-    """A fully validated module: its statements in order and the source they came from."""
-
-    statements: tuple[Statement, ...]
-    source: Source
-
-
-class IR:
-    """What the validator builds from each accepted form: here the statement IR above.
-
-    The validator only ever calls these constructors, so another builder with the same
-    methods (the worker's wire encoding) gets the same accepted forms in another shape.
-    Initializer scheme calls are always SchemeCall records, inside literal values.
-    """
-
-    position = Pos
-    name = Name
-    literal = Literal
-    call = Call
-    pack = Pack
-    assign = Assign
-    evaluate = Evaluate
-
-    @staticmethod
-    def program(statements: tuple, source: Source) -> Program:
-        return Program(statements=statements, source=source)
 
 
 # ---------------------------------------------------------------------------------------
@@ -250,8 +73,8 @@ _EXPRESSION_FORMS: Mapping[str, str] = {
     "SetComp": "comprehensions",
     "DictComp": "comprehensions",
     "GeneratorExp": "generator expressions",
-    "JoinedStr": "formatted strings (f-strings)",
-    "FormattedValue": "formatted strings (f-strings)",
+    "JoinedStr": FORMATTED_STRINGS,
+    "FormattedValue": FORMATTED_STRINGS,
     "Attribute": "attribute access",
     "Subscript": "subscript access",
     "Slice": "slices",
@@ -268,10 +91,6 @@ _EXPRESSION_FORMS: Mapping[str, str] = {
     "UnaryOp": "unary operators other than a sign on a number",
 }
 
-#: SyntaxError messages that mean "too big or too deep", not "malformed".
-_RESOURCE_SYNTAX_MESSAGES = ("too many nested", "too complex", "exceeds the limit")
-
-_REMEDY_SYNTAX = "Use only operator calls and simple assignments of python_config@1."
 _LITERAL_NODES = (ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.UnaryOp)
 
 
@@ -300,7 +119,7 @@ def _is_dunder(name: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------
-# Request checks, parsing and AST budgets
+# Request checks
 # ---------------------------------------------------------------------------------------
 
 
@@ -403,178 +222,6 @@ def _is_keyword(name: str) -> bool:
     return iskeyword(name)
 
 
-#: A comment or a whole string literal (without its prefix). A backslash in a string always
-#: takes the next character with it, in raw strings too, as Python's tokenizer does.
-_COMMENT_OR_STRING = re.compile(
-    r"""#[^\n]*+"""
-    r"""|'''(?:[^'\\]++|\\.|'(?!''))*+'''|\"\"\"(?:[^"\\]++|\\.|"(?!""))*+\"\"\""""
-    r"""|'(?:[^'\\\n]++|\\.)*+'|"(?:[^"\\\n]++|\\.)*+\"""",
-    re.DOTALL,
-)
-#: Where an f-string could open; a source without one needs no scan.
-_FORMATTED_OPENING = re.compile(r"""[fF][rR]?['"]""")
-_FORMATTED_PREFIXES = frozenset({"f", "F", "rf", "rF", "Rf", "RF", "fr", "fR", "Fr", "FR"})
-
-
-def reject_formatted_strings(source: Source) -> None:
-    """E_SYNTAX at the first f-string, found by a linear scan before anything is parsed.
-
-    f-strings are never python_config@1, and CPython parses one with many fields in quadratic
-    time (200,000 fields take about 10 s), so they are refused before ``ast.parse`` sees them.
-    Comments and string bodies are skipped whole, so ``name="elf'"`` is untouched, and a
-    literal's prefix is the whole name-like run before its quote, as Python reads it
-    (``elf"x"`` is the name ``elf`` and a plain string).
-    """
-    text = source.text
-    if _FORMATTED_OPENING.search(text) is None:
-        return  # no f-string can open anywhere: the common case costs one search
-    for lexeme in _COMMENT_OR_STRING.finditer(text):
-        quote = lexeme.start()
-        if quote and text[quote - 1] in "fFrR" and text[quote] != "#":
-            start = quote - 1
-            while start > 0 and quote - start < 3 and (text[start - 1].isalnum() or text[start - 1] == "_"):
-                start -= 1
-            if text[start:quote] in _FORMATTED_PREFIXES:
-                _formatted_string_error(source, start)
-
-
-def _formatted_string_error(source: Source, index: int) -> NoReturn:
-    """The f-string rejection, at the original position of the literal's prefix."""
-    text = source.text
-    line, column = source.position(text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1))
-    raise HNDLError(
-        "E_SYNTAX",
-        f"{_EXPRESSION_FORMS['JoinedStr']} are not part of python_config@1",
-        line=line,
-        column=column,
-        file=source.file,
-        remedies=(_REMEDY_SYNTAX,),
-    )
-
-
-def _parse(source: Source) -> ast.Module:
-    """Run the pinned parser, turning its failures into located HNDL errors."""
-    try:
-        return ast.parse(
-            source.text, filename=PARSE_FILENAME, mode="exec", feature_version=PARSER_FEATURE_VERSION
-        )
-    except SyntaxError as exc:
-        raise _syntax_error(source, exc) from None
-    except (RecursionError, MemoryError) as exc:
-        raise HNDLError(
-            "E_RESOURCE",
-            f"configuration source is too deeply nested or too large to parse ({type(exc).__name__})",
-            file=source.file,
-            remedies=("Flatten deeply nested expressions or shrink the source.",),
-        ) from None
-    except ValueError as exc:
-        raise HNDLError(
-            "E_RESOURCE",
-            f"configuration source exceeds a parser limit: {exc}",
-            file=source.file,
-            remedies=("Shrink the literal or expression the parser rejected.",),
-        ) from None
-
-
-def _syntax_error(source: Source, exc: SyntaxError) -> HNDLError:
-    """Map a parser SyntaxError (character offsets, dedented lines) to the original text."""
-    message = exc.msg or "invalid syntax"
-    lowered = message.lower()
-    resource = any(marker in lowered for marker in _RESOURCE_SYNTAX_MESSAGES)
-    line = column = None
-    if exc.lineno is not None:
-        line, column = source.position(exc.lineno, max(0, (exc.offset or 1) - 1))
-    return HNDLError(
-        "E_RESOURCE" if resource else "E_SYNTAX",
-        f"{message}" if resource else f"invalid python_config@1 source: {message}",
-        line=line,
-        column=column,
-        file=source.file,
-        remedies=(
-            ("Flatten the nesting or shrink the literal; it exceeds a parser limit.",)
-            if resource
-            else ("Fix the Python syntax at the reported position.",)
-        ),
-    )
-
-
-def _check_ast_budgets(module: ast.Module, source: Source, budgets: Mapping[str, int]) -> None:
-    """Count nodes and measure depth with an explicit stack; never recurse over the tree.
-
-    The module is depth 1. Every AST object counts as a node except the Load/Store/Del
-    expression contexts, which carry no content and would only inflate the measures.
-    """
-    max_nodes, max_depth = budgets["max_ast_nodes"], budgets["max_ast_depth"]
-    node_type, context = ast.AST, ast.expr_context
-    child_fields = _CHILD_FIELDS
-    # Each entry is (node, depth, parent entry); the parent chain is followed only on failure,
-    # to find the nearest node with a position. A plain loop over ``_fields`` instead of
-    # ``ast.iter_child_nodes`` with per-node anchors measures the few hundred thousand nodes of
-    # a dense source near the byte budget about five times faster.
-    stack: list[tuple] = [(module, 1, None)]
-    pop, push = stack.pop, stack.append
-    count = 0
-    while stack:
-        entry = pop()
-        node, depth, _ = entry
-        count += 1
-        if count > max_nodes:
-            _budget_error(source, _anchor_of(entry), f"more than {max_nodes} syntax nodes", "max_ast_nodes")
-        if depth > max_depth:
-            _budget_error(source, _anchor_of(entry), f"syntax nesting deeper than {max_depth}", "max_ast_depth")
-        depth += 1
-        fields = child_fields.get(type(node))
-        if fields is None:
-            fields = child_fields[type(node)] = _child_fields(type(node))
-        for field in fields:
-            value = getattr(node, field, None)
-            if isinstance(value, list):
-                for item in value:
-                    if isinstance(item, node_type) and not isinstance(item, context):
-                        push((item, depth, entry))
-            elif isinstance(value, node_type) and not isinstance(value, context):
-                push((value, depth, entry))
-
-
-#: Fields that only ever hold text, numbers, constants or an expression context, never a
-#: counted node; skipping them changes no count. Only the most frequent node types are listed.
-_LEAF_FIELDS: Mapping[type, frozenset[str]] = {
-    ast.Name: frozenset({"id", "ctx"}),
-    ast.Constant: frozenset({"value", "kind"}),
-    ast.keyword: frozenset({"arg"}),
-}
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _child_fields(kind: type) -> tuple[str, ...]:
-    """The fields of an AST class that may hold child nodes."""
-    skipped = _LEAF_FIELDS.get(kind, frozenset())
-    return tuple(field for field in kind._fields if field not in skipped)
-
-
-def _anchor_of(entry: Optional[tuple]) -> Optional[ast.AST]:
-    """The nearest node on ``entry``'s parent chain that carries a position."""
-    while entry is not None:
-        if hasattr(entry[0], "lineno"):
-            return entry[0]
-        entry = entry[2]
-    return None
-
-
-def _budget_error(source: Source, node: Optional[ast.AST], what: str, key: str) -> NoReturn:
-    """Raise E_RESOURCE for an exceeded source budget, located at ``node`` when known."""
-    line = column = None
-    if node is not None:
-        line, column = source.node_position(node.lineno, node.col_offset)
-    raise HNDLError(
-        "E_RESOURCE",
-        f"configuration source has {what}",
-        line=line,
-        column=column,
-        file=source.file,
-        remedies=(f"Shrink the source, or raise {key} explicitly.",),
-    )
-
 
 # ---------------------------------------------------------------------------------------
 # Validation and IR construction
@@ -637,7 +284,7 @@ class _Validator:
             "E_SYNTAX",
             f"{_form_of(node)} are not part of python_config@1{suffix}",
             node,
-            _REMEDY_SYNTAX,
+            REMEDY_SYNTAX,
         )
 
     # -- statements ------------------------------------------------------------------
@@ -1077,8 +724,8 @@ def validate_config(
     alias_names = _check_aliases(aliases)
     input_names = _check_inputs(inputs, alias_names)
     reject_formatted_strings(source)
-    module = _parse(source)
-    _check_ast_budgets(module, source, resolved)
+    module = parse_module(source)
+    check_ast_budgets(module, source, resolved)
     try:
         return _Validator(source, alias_names, input_names, resolved, max_nodes, build).program(module)
     except RecursionError:

@@ -1,6 +1,6 @@
 """Interpret a validated python_config@1 program by driving the binder, statement by statement.
 
-The program arrives fully validated (grammar.py), so this walk only evaluates: call arguments
+The program arrives fully validated (grammar.py builds the ir.py records), so this walk only evaluates: call arguments
 in Python order, nested calls first, locals as plain references. It never executes code.
 """
 
@@ -13,7 +13,7 @@ from ...errors import HNDLError
 from ...graph import Graph
 from ...registry import Registry
 from ..binder import Binder, Symbol
-from .grammar import Assign, Call, Literal, Name, Pack, Program, SchemeCall
+from .ir import Assign, Call, Literal, Name, Pack, Program, SchemeCall
 
 FRONTEND = "python_config@1"
 

@@ -25,9 +25,10 @@ import math
 from keyword import iskeyword
 from typing import Any, Optional
 
+from ...construction import SCHEME_NAMES
 from ...errors import CODES, HNDLError
 from ...limits import SOURCE_BUDGETS
-from .grammar import SCHEME_NAMES, Assign, Call, Evaluate, Literal, Name, Pack, Pos, Program, SchemeCall
+from .ir import Assign, Call, Evaluate, Literal, Name, Pack, Pos, Program, SchemeCall
 from .source import Source
 
 #: Deepest value nesting a reply may carry (calls inside calls, literals inside literals).

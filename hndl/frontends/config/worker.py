@@ -33,8 +33,10 @@ from typing import Any, Collection, Optional, Sequence
 
 from ...collector import collector_paused
 from ...errors import HNDLError
-from .grammar import PARSE_FILENAME, Program, parse_config, reject_formatted_strings, validate_config
+from .grammar import parse_config, validate_config
+from .ir import Program
 from .source import Source, load_text
+from .syntax import PARSE_FILENAME, reject_formatted_strings
 from .wire import Wire, decode_error, decode_program, encode_error, malformed
 
 MODES = ("process", "process-unlimited", "in-process")

@@ -9,19 +9,9 @@ import pytest
 
 from hndl.errors import HNDLError
 from hndl.frontends.config import grammar
-from hndl.frontends.config.grammar import (
-    SCHEME_NAMES,
-    Assign,
-    Call,
-    Evaluate,
-    Literal,
-    Name,
-    Pack,
-    Pos,
-    Program,
-    SchemeCall,
-    parse_config,
-)
+from hndl.construction import SCHEME_NAMES
+from hndl.frontends.config.grammar import parse_config
+from hndl.frontends.config.ir import Assign, Call, Evaluate, Literal, Name, Pack, Pos, Program, SchemeCall
 from hndl.frontends.config.source import load_text
 
 ALIASES = frozenset(

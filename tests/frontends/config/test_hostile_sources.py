@@ -20,7 +20,7 @@ import pytest
 import hndl
 from hndl.errors import HNDLError
 from hndl.frontends.config import worker
-from hndl.frontends.config.grammar import PARSE_FILENAME, reject_formatted_strings
+from hndl.frontends.config.syntax import PARSE_FILENAME, reject_formatted_strings
 from hndl.frontends.config.source import load_text
 
 CONTRACT = {"input_shape": ("B", 8), "output_shape": ("B", 8)}
@@ -399,7 +399,7 @@ GUARD_PROBE = textwrap.dedent(
     import ast, json, os, socket, subprocess, sys
     sys.path[:0] = json.loads(sys.argv[1])
     from hndl.errors import HNDLError
-    from hndl.frontends.config.grammar import PARSE_FILENAME
+    from hndl.frontends.config.syntax import PARSE_FILENAME
     from hndl.frontends.config.worker import _AuditGuard
 
     path = sys.argv[2]

@@ -18,19 +18,8 @@ import pytest
 
 from hndl.errors import CODES, HNDLError
 from hndl.frontends.config import wire
-from hndl.frontends.config.grammar import (
-    Assign,
-    Call,
-    Evaluate,
-    Literal,
-    Name,
-    Pack,
-    Pos,
-    Program,
-    SchemeCall,
-    parse_config,
-    validate_config,
-)
+from hndl.frontends.config.grammar import parse_config, validate_config
+from hndl.frontends.config.ir import Assign, Call, Evaluate, Literal, Name, Pack, Pos, Program, SchemeCall
 from hndl.frontends.config.source import load_text
 from hndl.frontends.config.wire import decode_error, decode_program, encode_error, encode_program
 
