@@ -13,9 +13,10 @@ from ...errors import HNDLError
 from ...graph import Graph
 from ...registry import Registry
 from ..binder import Binder, Symbol
+from .grammar import GRAMMAR_VERSION
 from .ir import Assign, Call, Literal, Name, Pack, Program, SchemeCall
 
-FRONTEND = "python_config@1"
+FRONTEND = GRAMMAR_VERSION  # the version of the grammar that accepted the program
 
 
 def interpret(program: Program, binder: Binder, registry: Registry) -> Graph:
