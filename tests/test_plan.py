@@ -152,3 +152,16 @@ def test_the_build_receipt_is_read_only_and_pickles():
     with pytest.raises(TypeError):
         receipt["device"] = "cuda"
     assert dict(pickle.loads(pickle.dumps(receipt))) == dict(receipt)
+
+
+def test_a_restored_node_holds_each_field_in_its_own_slot(plan):
+    """``PlanNode.restored`` writes its fields positionally, in slot order: each keyword must
+    land in the slot of its own name."""
+    from hndl.plan import PlanNode
+
+    node = plan.nodes[0]
+    fields = {name: getattr(node, name) for name in PlanNode.__slots__}
+    marked = {name: (name, value) for name, value in fields.items()}  # every value names its field
+    restored = PlanNode.restored(**marked)
+    assert all(getattr(restored, name) == (name, fields[name]) for name in PlanNode.__slots__)
+    assert PlanNode.restored(**fields) == node

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from fractions import Fraction
+
 import pytest
 
 from hndl import HNDLError
@@ -228,9 +231,6 @@ class _Counter:
 
 def _random_history(seed: int):
     """Every observable of a Facts after a seeded random run of new/equate/set_value/bound."""
-    import random
-    from fractions import Fraction
-
     rng = random.Random(seed)
     facts = Facts(max_dimension=4096, max_multiple=8)
     watches = {}

@@ -1,7 +1,8 @@
 """Interpret a validated python_config@1 program by driving the binder, statement by statement.
 
-The program arrives fully validated (grammar.py builds the ir.py records), so this walk only evaluates: call arguments
-in Python order, nested calls first, locals as plain references. It never executes code.
+The program arrives fully validated (grammar.py builds the ir.py records), so this walk only
+evaluates: call arguments in Python order, nested calls first, locals as plain references. It
+never executes code.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from ..binder import Binder, Symbol
 from .grammar import GRAMMAR_VERSION
 from .ir import Assign, Call, Literal, Name, Pack, Program, SchemeCall
 
-FRONTEND = GRAMMAR_VERSION  # the version of the grammar that accepted the program
-
 
 def interpret(program: Program, binder: Binder, registry: Registry) -> Graph:
     """Build the author graph of ``program``; output selection follows §7."""
@@ -29,7 +28,7 @@ def interpret(program: Program, binder: Binder, registry: Registry) -> Graph:
             _bind(statement, value, local)
         else:
             _evaluate(statement.call, local, binder, operators)
-    provenance = {"kind": FRONTEND, "source": program.source.original}
+    provenance = {"kind": GRAMMAR_VERSION, "source": program.source.original}
     if program.source.file is not None:
         provenance["file"] = program.source.file
     if binder.contracts.named_outputs:
@@ -37,7 +36,7 @@ def interpret(program: Program, binder: Binder, registry: Registry) -> Graph:
         outputs = binder.select_named(chosen, what="configuration")
     else:
         outputs = {"output": binder.select_single(local.get("out"), what="the final value of out")}
-    return binder.graph(outputs, frontend=FRONTEND, provenance=provenance)
+    return binder.graph(outputs, frontend=GRAMMAR_VERSION, provenance=provenance)
 
 
 class _Operators(dict):
