@@ -8,8 +8,9 @@ HNDL itself and fails loudly.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 #: The closed catalog, in the order the specification lists it, with a default remedy each.
 CODES: dict[str, str] = {
@@ -85,10 +86,10 @@ class HNDLError(Exception):
         if code not in CODES:
             raise AssertionError(f"HNDL bug: {code!r} is not in the closed error catalog")
         self.code = code
-        self.message = message
-        self.location = Location(line=line, column=column, node=node, field=field, file=file)
-        self.chain = tuple(chain)
-        self.remedies = tuple(remedies) or (CODES[code],)
+        self.message = _bounded(message, MAX_MESSAGE_CHARS)
+        self.location = Location(line=line, column=column, node=_name(node), field=_name(field), file=_name(file))
+        self.chain = _bounded_lines(chain, "fact")
+        self.remedies = _bounded_lines(remedies, "remedy") or (CODES[code],)
         super().__init__(self._render())
 
     def _render(self) -> str:
@@ -121,8 +122,75 @@ class HNDLError(Exception):
         )
 
 
-#: How much of an untrusted value a message shows (``shown``).
+#: How much of an untrusted value a message shows (``shown``, ``echo``).
 SHOWN_CHARS = 60
+#: The most characters one message, fact or remedy carries; the rest is counted, not shown.
+MAX_MESSAGE_CHARS = 4000
+#: The most characters a location's node, field or file name carries.
+MAX_NAME_CHARS = 200
+#: The most items ``listed`` shows before "... and N more".
+MAX_LISTED = 20
+
+#: Characters a terminal may act on (C0 and C1 controls, DEL, bidirectional overrides and
+#: isolates, line and paragraph separators); messages carry them as visible escapes instead.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: The same, less the line breaks and tabs that lay out HNDL's own multi-line messages.
+_CONTROLS_BUT_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def escaped(text: str, *, keep_layout: bool = False) -> str:
+    """``text`` with every control character written as a visible escape (``\\x1b``, ``\\u202e``).
+
+    An echoed state key or policy text may hold terminal escapes (an OSC 52 clipboard write,
+    a bidirectional override): shown raw, printing the message would act on the terminal.
+    """
+    pattern = _CONTROLS_BUT_LAYOUT if keep_layout else _CONTROLS
+    return pattern.sub(_escape_one, text)
+
+
+def _escape_one(match: "re.Match[str]") -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def echo(text: Any, limit: int = SHOWN_CHARS) -> str:
+    """An untrusted name shown in a message: escaped, and cut to ``limit`` characters with its length."""
+    text = escaped(text if isinstance(text, str) else shown(text))
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def listed(items: Iterable[Any], *, limit: int = MAX_LISTED, show: Callable[[Any], str] = echo) -> str:
+    """A comma-separated listing of at most ``limit`` items, each bounded by ``show``, then "... and N more"."""
+    items = list(items)
+    text = ", ".join(show(item) for item in items[:limit])
+    if len(items) > limit:
+        text += f", ... and {len(items) - limit} more"
+    return text
+
+
+_CUT_NOTE_ROOM = 40
+
+
+def _bounded(text: Any, limit: int) -> str:
+    """Message text escaped (layout kept) and capped: the safety net under every echo site."""
+    text = escaped(str(text), keep_layout=True)
+    if len(text) <= limit + _CUT_NOTE_ROOM:  # within the room a cut's own note takes: bounding twice changes nothing
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def _bounded_lines(lines: Iterable[Any], kind: str) -> tuple[str, ...]:
+    """At most ``MAX_LISTED`` facts or remedies, each bounded, then one line counting the rest."""
+    lines = [_bounded(line, MAX_MESSAGE_CHARS) for line in lines]
+    if len(lines) <= MAX_LISTED + 1:
+        return tuple(lines)
+    return tuple(lines[:MAX_LISTED]) + (f"... and {len(lines) - MAX_LISTED} more ({kind} lines not shown)",)
+
+
+def _name(value: Optional[str]) -> Optional[str]:
+    return None if value is None else echo(str(value), MAX_NAME_CHARS)
 
 
 def shown(value: object) -> str:
