@@ -19,9 +19,6 @@ quotes it.
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 import time
 import tracemalloc
 
@@ -256,32 +253,11 @@ BOMB = "linear(8, v=[" + "0," * ((MIB - 40) // 2) + "])"
 WALK_RATIO = 6.0
 
 
-def test_a_parser_worker_killed_mid_parse_fails_that_call_with_e_resource_and_the_next_call_works():
-    pid = _fresh_worker()
-    killed = threading.Event()
-
-    def kill_once_parsing():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                rss = _status(pid, "VmRSS")
-            except (FileNotFoundError, ProcessLookupError):
-                return
-            if rss > 150 * MIB:  # visibly parsing: idle, the worker maps ~25 MiB
-                os.kill(pid, signal.SIGKILL)
-                killed.set()
-                return
-            time.sleep(0.002)
-
-    killer = threading.Thread(target=kill_once_parsing)
-    killer.start()
-    start = time.perf_counter()
-    try:
-        error = _refused(lambda: hndl.resolve(BOMB, **CONTRACT, registry=REGISTRY))
-    finally:
-        killer.join()
-    seconds = time.perf_counter() - start
-    assert killed.is_set()
+def test_a_parser_worker_killed_mid_parse_fails_that_call_with_e_resource_and_the_next_call_works(
+        kill_worker_mid_parse):
+    killed = kill_worker_mid_parse(_fresh_worker, lambda: hndl.resolve(BOMB, **CONTRACT, registry=REGISTRY))
+    error, pid, seconds = killed.outcome, killed.pid, killed.seconds
+    assert isinstance(error, HNDLError), error
     assert error.code == "E_RESOURCE" and "stopped" in error.message, error
     assert worker._worker is None  # the dead worker is dropped, never reused
     start = time.perf_counter()

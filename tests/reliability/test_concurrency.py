@@ -16,8 +16,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 
@@ -334,49 +332,29 @@ def test_the_parser_worker_serves_concurrent_resolve_calls_each_their_own_answer
     assert worker._worker.process.pid == pid  # one persistent worker served all 120 calls
 
 
-def test_concurrent_calls_survive_a_bomb_and_a_killed_worker(process_isolation):
-    """One thread sends the densest source the byte budget allows, and the worker is killed
-    while it parses; every other thread still gets its own, correct answer."""
-    hndl.resolve("linear(4)", input_shape=("B", 4), output_shape=("B", 4), registry=REGISTRY)
-    pid = worker._worker.process.pid
+def test_concurrent_calls_survive_a_bomb_and_a_killed_worker(process_isolation, kill_worker_mid_parse):
+    """One thread sends the densest source the byte budget allows, the other threads call while it is
+    being parsed (so they queue behind it), and the worker is killed mid-parse: the bomb's call gets
+    E_RESOURCE, every other thread its own correct answer, served by a fresh worker."""
     bomb = "linear(8, v=[" + "0," * (((1 << 20) - 40) // 2) + "])"
-    killed = threading.Event()
 
-    def killer():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{pid}/status") as handle:
-                    rss = next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:"))
-            except (FileNotFoundError, ProcessLookupError, StopIteration):
-                return
-            if rss > 150 * 1024:
-                os.kill(pid, signal.SIGKILL)
-                killed.set()
-                return
-            time.sleep(0.002)
+    def start():
+        hndl.resolve("linear(4)", input_shape=("B", 4), output_shape=("B", 4), registry=REGISTRY)
 
-    watcher = threading.Thread(target=killer)
-    watcher.start()
+    def send():
+        return hndl.resolve(bomb, input_shape=("B", 8), output_shape=("B", 8), registry=REGISTRY)
 
-    def target(index):
-        if index == 0:
-            try:
-                hndl.resolve(bomb, input_shape=("B", 8), output_shape=("B", 8), registry=REGISTRY)
-            except HNDLError as error:
-                return error
-            return "accepted"
-        time.sleep(0.001 * index)
-        source, inputs, width, _ = _spec(index)
+    def others(index):
+        source, inputs, width, _ = _spec(index + 1)
         try:
             return hndl.resolve(source, input_shape=("B", inputs), output_shape=("B", width), registry=REGISTRY)
         except HNDLError as error:
             return error
 
-    results = run_threads(THREADS, target)
-    watcher.join()
-    assert isinstance(results[0], HNDLError) and results[0].code == "E_RESOURCE", results[0]
-    for index in range(1, THREADS):
-        _check(index, results[index])
-    assert killed.is_set() and "stopped" in results[0].message
-    assert worker._worker is not None and worker._worker.usable() and worker._worker.process.pid != pid
+    killed = kill_worker_mid_parse(start, send, while_parsing=lambda: run_threads(THREADS - 1, others))
+    assert isinstance(killed.outcome, HNDLError) and killed.outcome.code == "E_RESOURCE", killed.outcome
+    assert "stopped" in killed.outcome.message
+    for index in range(THREADS - 1):
+        _check(index + 1, killed.beside[index])
+    # every other call came after the kill, so one of them started the worker that serves now
+    assert worker._worker is not None and worker._worker.usable() and worker._worker.process.pid != killed.pid
