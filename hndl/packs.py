@@ -3,6 +3,11 @@
 A pack is a plain module registered under the entry-point group ``hndl.packs``. It
 implements one hook, ``hndl_register(registry)``, and adds its declared operators to the
 registry it is handed. Hosts opt packs in by name; configuration can never load one.
+
+A pack's distribution also lists the aliases its pack registers, one entry each in the group
+``hndl.operators`` (``linear = "hndl_ops_basic"``: the alias, then the pack's own entry-point
+reference). That list is read from the installed metadata alone, so an error about an unknown
+alias can name the pack that provides it without importing or running any pack.
 """
 
 from __future__ import annotations
@@ -10,13 +15,15 @@ from __future__ import annotations
 import functools
 import sys
 from importlib import metadata
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import pluggy
 
 from .errors import HNDLError
 
 ENTRY_POINT_GROUP = "hndl.packs"
+#: Where a pack's distribution declares the aliases its pack registers: ``alias = "<the pack's reference>"``.
+OPERATOR_GROUP = "hndl.operators"
 FIRST_PARTY = ("basic", "vision", "transformer", "pretrained")
 
 hookspec = pluggy.HookspecMarker("hndl")
@@ -34,7 +41,16 @@ class PackHooks:
 
 def installed_packs() -> dict[str, metadata.EntryPoint]:
     """Every pack installed in this environment, by entry-point name."""
-    return dict(_scan(tuple(sys.path)))
+    return dict(_scan(tuple(sys.path)).packs)
+
+
+def declared_aliases() -> dict[str, frozenset[str]]:
+    """The aliases each installed pack's distribution declares (group ``hndl.operators``), by pack.
+
+    Read from the installed metadata only: nothing is imported and no pack code runs, so an
+    error path may consult it. A pack that declares nothing maps to an empty set.
+    """
+    return dict(_scan(tuple(sys.path)).declared)
 
 
 def installed_first_party() -> tuple[str, ...]:
@@ -48,13 +64,26 @@ def split_pack_names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
+class _Installed(NamedTuple):
+    """What one scan of the installed metadata found, by pack name."""
+
+    packs: tuple[tuple[str, metadata.EntryPoint], ...]
+    declared: tuple[tuple[str, frozenset[str]], ...]
+
+
 @functools.lru_cache(maxsize=8)
-def _scan(search_path: tuple[str, ...]) -> tuple[tuple[str, metadata.EntryPoint], ...]:
-    """Entry points for one ``sys.path``: scanning metadata is slow, and only a path change adds packs."""
-    found: dict[str, metadata.EntryPoint] = {}
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(entry.name, entry)
-    return tuple(found.items())
+def _scan(search_path: tuple[str, ...]) -> _Installed:
+    """The packs and their declared aliases for one ``sys.path``, from one read of the entry
+    points: scanning metadata is slow, and only a path change adds packs."""
+    entries = metadata.entry_points()
+    packs: dict[str, metadata.EntryPoint] = {}
+    for entry in entries.select(group=ENTRY_POINT_GROUP):
+        packs.setdefault(entry.name, entry)
+    by_reference: dict[str, set[str]] = {}
+    for entry in entries.select(group=OPERATOR_GROUP):
+        by_reference.setdefault(entry.value, set()).add(entry.name)
+    declared = tuple((name, frozenset(by_reference.get(entry.value, ()))) for name, entry in packs.items())
+    return _Installed(tuple(packs.items()), declared)
 
 
 def load_packs(registry, names: Iterable[str]) -> tuple[str, ...]:

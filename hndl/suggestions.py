@@ -1,18 +1,18 @@
 """Remedies that name the fix for an unknown name: the closest spellings, and the installed pack
 that provides an operator alias the registry in use lacks.
 
-Everything here runs only on an error path, in the host process. Finding which pack provides an
-alias loads each installed pack (a fixed set: the environment's ``hndl.packs`` entry points, never
-chosen by configuration text) into a scratch registry of its own, once per set of installed packs.
+Everything here runs only on an error path, in the host process, on a name the configuration
+chose. So it imports and runs nothing: which pack provides an alias is read from the aliases each
+pack's distribution declares in its metadata (``hndl.packs.declared_aliases``), and a name too
+long to resemble any candidate is not compared at all.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 from typing import Any, Iterable, Optional
 
-from .packs import installed_packs
+from .packs import declared_aliases
 
 #: How many close spellings a remedy offers.
 MAX_SUGGESTIONS = 3
@@ -25,7 +25,18 @@ def closest(name: Any, candidates: Iterable[str], *, limit: int = MAX_SUGGESTION
     if not isinstance(name, str):
         return ()
     pool = [candidate for candidate in dict.fromkeys(candidates) if isinstance(candidate, str)]
+    if not pool or len(name) > _longest_match(max(map(len, pool))):
+        return ()  # difflib's time grows with the name; one this long can resemble nothing here
     return tuple(difflib.get_close_matches(name, pool, n=limit, cutoff=SIMILARITY))
+
+
+def _longest_match(longest_candidate: int) -> int:
+    """The longest name that can still reach ``SIMILARITY`` with a candidate of the given length.
+
+    difflib's ratio is ``2 * matches / (len(a) + len(b))`` and matches never exceed the shorter
+    length, so a name longer than ``(2 / SIMILARITY - 1)`` times every candidate is never close.
+    """
+    return int(longest_candidate * (2 / SIMILARITY - 1)) + 1
 
 
 def did_you_mean(name: Any, candidates: Iterable[str]) -> Optional[str]:
@@ -39,13 +50,12 @@ def did_you_mean(name: Any, candidates: Iterable[str]) -> Optional[str]:
 
 
 def providing_packs(alias: Any, registry: Any) -> tuple[str, ...]:
-    """Installed packs that ``registry`` was not built from and whose operators include ``alias``."""
+    """Installed packs that ``registry`` was not built from and whose distributions declare ``alias``."""
     if not isinstance(alias, str):
         return ()
-    installed = tuple(sorted((name, entry.value) for name, entry in installed_packs().items()))
     held = set(registry.packs)
-    return tuple(pack for pack, aliases in _alias_index(type(registry), installed)
-                 if pack not in held and alias in aliases)
+    return tuple(sorted(pack for pack, aliases in declared_aliases().items()
+                        if pack not in held and alias in aliases))
 
 
 def missing_pack_remedies(alias: Any, registry: Any) -> tuple[str, ...]:
@@ -67,16 +77,3 @@ def operator_remedies(alias: Any, registry: Any, fallback: str) -> tuple[str, ..
         return providers
     close = did_you_mean(alias, registry.aliases())
     return (fallback,) if close is None else (close, fallback)
-
-
-@functools.lru_cache(maxsize=4)
-def _alias_index(registry_class: type, installed: tuple[tuple[str, str], ...]) -> tuple[tuple[str, frozenset], ...]:
-    """``((pack, its aliases), ...)`` for every installed pack that loads; one that fails to import
-    provides nothing here (loading it by name reports why)."""
-    index = []
-    for pack, _ in installed:
-        try:
-            index.append((pack, frozenset(registry_class.from_packs(pack).aliases())))
-        except Exception:  # HNDLError for a pack that fails to import, anything a faulty pack raises
-            continue
-    return tuple(index)

@@ -78,6 +78,7 @@ def test_the_template_generates_a_complete_pack(pack):
     pyproject = (project / "pyproject.toml").read_text(encoding="utf-8")
     assert f'name = "{DISTRIBUTION}"' in pyproject
     assert f'[project.entry-points."hndl.packs"]\n{PACK} = "{MODULE}"' in pyproject
+    assert f'[project.entry-points."hndl.operators"]\n{ALIAS} = "{MODULE}"' in pyproject
     operator = (project / MODULE / f"{ALIAS}.py").read_text(encoding="utf-8")
     assert f'"{ALIAS}",\n    identity="{IDENTITY}",' in operator and f"class {CLASS}(nn.Module):" in operator
     assert "{{" not in operator and "cookiecutter" not in operator  # fully rendered
@@ -89,12 +90,20 @@ def test_the_installed_pack_loads_by_name(pack):
     script = textwrap.dedent(f"""
         import {MODULE}
         from pathlib import Path
-        from hndl import Registry
-        from hndl.packs import installed_packs
+        from hndl import HNDLError, Registry
+        from hndl.packs import declared_aliases, installed_packs
         from hndl.torch import network
 
         assert Path({MODULE}.__file__).is_relative_to({str(pack["target"])!r}), {MODULE}.__file__
         assert installed_packs()[{PACK!r}].value == {MODULE!r}
+        assert declared_aliases()[{PACK!r}] == {{{ALIAS!r}}}
+        try:  # an alias of this pack, asked of a registry without it: the pack is named from its metadata
+            Registry.from_packs("basic").get({ALIAS!r})
+        except HNDLError as error:
+            remedy = error.remedies[0]
+        else:
+            raise AssertionError("the basic registry holds {ALIAS}")
+        assert remedy.startswith("The installed pack {PACK!r} provides {ALIAS!r}"), remedy
         registry = Registry.from_packs({PACK!r})
         assert registry.aliases() == ({ALIAS!r},), registry.aliases()
         assert registry.by_identity({IDENTITY + "@1"!r}) is registry.get({ALIAS!r})

@@ -7,8 +7,10 @@ imports anything (§7 "Loading limits and trust boundaries", §8 "Registration, 
 from __future__ import annotations
 
 import sys
+import tomllib
 import types
 from importlib import metadata
+from pathlib import Path
 
 import pluggy
 import pytest
@@ -19,9 +21,13 @@ import hndl.packs
 import hndl_ops_basic
 from hndl import HNDLError, Registry, operator
 from hndl.declaration import spec_of
-from hndl.packs import ENTRY_POINT_GROUP, FIRST_PARTY, hookimpl, installed_packs, load_packs
+from hndl.packs import (ENTRY_POINT_GROUP, FIRST_PARTY, OPERATOR_GROUP, declared_aliases, hookimpl, installed_packs,
+                        load_packs)
 
 UNARY = "x[B, ...] -> out[B, ...]"
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+DISTRIBUTIONS = {"basic": "hndl-ops-basic", "vision": "hndl-ops-vision", "transformer": "hndl-ops-transformer",
+                 "pretrained": "hndl-pretrained"}
 BASIC_ALIASES = tuple(spec_of(cls).alias for cls in hndl_ops_basic.OPERATORS)
 
 
@@ -91,6 +97,37 @@ def test_installed_packs_lists_the_first_party_packs():
         assert entry.group == ENTRY_POINT_GROUP == "hndl.packs"
         assert entry.name == name
     assert found["basic"].load() is hndl_ops_basic
+
+
+# -- declared aliases (read without importing) -------------------------------------------------------
+@pytest.mark.parametrize("pack", FIRST_PARTY)
+def test_each_first_party_pack_declares_exactly_the_aliases_it_registers(pack):
+    """The static list an unknown alias's remedy reads (group hndl.operators) is what the pack
+    adds: in pyproject.toml, and in the installed metadata (reinstall the pack after editing it)."""
+    registered = frozenset(Registry.from_packs(pack).aliases())
+    project = tomllib.loads((PLUGINS / DISTRIBUTIONS[pack] / "pyproject.toml").read_text(encoding="utf-8"))
+    points = project["project"]["entry-points"]
+    module = points[ENTRY_POINT_GROUP][pack]
+    assert OPERATOR_GROUP == "hndl.operators"
+    assert set(points[OPERATOR_GROUP].values()) == {module}, "each alias names the pack's own module"
+    assert frozenset(points[OPERATOR_GROUP]) == registered
+    assert declared_aliases()[pack] == registered
+
+
+def test_declared_aliases_are_read_without_importing_the_pack(monkeypatch, tmp_path):
+    """A pack whose module does not even exist still has its declared aliases read."""
+    info = tmp_path / "ghost_pack-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghost-pack\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(
+        "[hndl.packs]\nghost = hndl_test_ghost_module\n\n"
+        "[hndl.operators]\nghost_op = hndl_test_ghost_module\nghost_norm = hndl_test_ghost_module\n"
+        "stray = some_other_module\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    declared = declared_aliases()
+    assert declared["ghost"] == {"ghost_op", "ghost_norm"}  # "stray" names another module: not this pack's
+    assert declared["basic"] == frozenset(Registry.from_packs("basic").aliases())
+    assert "hndl_test_ghost_module" not in sys.modules
 
 
 # -- from_packs --------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ an operator alias a registry lacks."""
 
 from __future__ import annotations
 
+import sys
+
 from hndl import Registry
 from hndl.suggestions import closest, did_you_mean, missing_pack_remedies, operator_remedies, providing_packs
 
@@ -56,3 +58,45 @@ def test_a_hand_built_registry_is_told_the_pack_by_itself():
         "The installed pack 'basic' provides 'relu': resolve with Registry.from_packs('basic') "
         "(on the command line: --packs basic).",
     )
+
+
+def test_a_huge_name_is_never_handed_to_difflib(monkeypatch):
+    """A 900 KB alias or keyword took difflib 0.1-0.2 s per comparison pool; one more than 7/3 as
+    long as every candidate cannot reach the 0.6 ratio, so it is not compared at all."""
+    import difflib
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("difflib compared a name too long to be close")
+
+    monkeypatch.setattr(difflib, "get_close_matches", forbidden)
+    assert closest("a" * 900_000, ["linear", "relu"]) == ()
+    assert did_you_mean("b" * 20, ["linear"]) is None
+
+
+def test_bounding_the_name_changes_no_answer():
+    """Every name up to the bound gets difflib's own answer; past it difflib finds nothing either."""
+    import difflib
+
+    candidates = ["ab", "relu", "linear", "layer_norm"]
+    for length in range(1, 40):
+        for name in ("ab" * 20)[:length], ("layer_norm" * 4)[:length], ("linear" * 7)[:length]:
+            assert closest(name, candidates) == tuple(difflib.get_close_matches(name, candidates)), name
+
+
+def test_an_installed_pack_is_named_from_its_declared_aliases_without_importing_it(monkeypatch, tmp_path):
+    """The providing pack comes from the distribution's static list (entry-point group hndl.operators):
+    a pack whose module cannot even be imported is still named, and one declaring nothing is not."""
+    for pack, operators in (("ghost", "[hndl.operators]\nghost_op = hndl_test_ghost_module\n"), ("mute", "")):
+        info = tmp_path / f"{pack}_pack-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {pack}-pack\nVersion: 0.1\n", encoding="utf-8")
+        (info / "entry_points.txt").write_text(
+            f"[hndl.packs]\n{pack} = hndl_test_{pack}_module\n\n{operators}", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    basic = Registry.from_packs("basic")
+    assert missing_pack_remedies("ghost_op", basic) == (
+        "The installed pack 'ghost' provides 'ghost_op': resolve with Registry.from_packs('basic', 'ghost') "
+        "(on the command line: --packs basic,ghost).",
+    )
+    assert providing_packs("mute_op", basic) == ()
+    assert not {"hndl_test_ghost_module", "hndl_test_mute_module"} & set(sys.modules)

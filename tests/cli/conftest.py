@@ -137,7 +137,9 @@ def lab_site(tmp_path) -> Path:
     info.mkdir(parents=True)
     (site / "lab_pack.py").write_text(LAB_PACK, encoding="utf-8")
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-pack\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text("[hndl.packs]\nlab = lab_pack\n", encoding="utf-8")
+    # The pack and the aliases it registers (read without importing it, for the "provides" remedy).
+    (info / "entry_points.txt").write_text("[hndl.packs]\nlab = lab_pack\n\n[hndl.operators]\nlab_swish = lab_pack\n",
+                                           encoding="utf-8")
     return site
 
 
