@@ -4,6 +4,8 @@
 origin and derivation plus the canonical initialization and trainability records.
 ``diff`` lists every node and field that differs between two separately resolved plans,
 with the origin of each value on both sides, so "why did this width change?" has an answer.
+Both show a restored plan's text (policy names, derivations) with control characters escaped,
+so printing them never acts on the terminal and no value forges a line.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .errors import escaped
 from .plan_tables import shape_table
 from .plan_values import thaw
 
@@ -24,21 +27,21 @@ def _text(value: Any) -> str:
 
 def describe(plan) -> str:
     """The text of ``ResolvedPlan.describe()`` for ``plan``."""
-    lines = [shape_table(plan), "", f"semantic digest: {plan.semantic_digest}"]
+    lines = [shape_table(plan), "", escaped(f"semantic digest: {plan.semantic_digest}")]
     for node in plan.nodes:
-        lines.append(f"node {node.id} ({node.op})")
-        width = max((len(f"{name} = {node.args[name]!r}") for name in node.args), default=0)
+        lines.append(escaped(f"node {node.id} ({node.op})"))
+        entries = {name: escaped(f"{name} = {value!r}") for name, value in node.args.items()}
+        width = max(map(len, entries.values()), default=0)
         derivations = node.source.get("derivations", {})
-        for name, value in node.args.items():
-            entry = f"{name} = {value!r}"
-            line = f"  {entry.ljust(width)}  {node.provenance[name]}"
+        for name, entry in entries.items():
+            line = f"  {entry.ljust(width)}  {escaped(node.provenance[name])}"
             if name in derivations:
-                line += "  <- " + "; ".join(derivations[name])
+                line += "  <- " + escaped("; ".join(derivations[name]))
             lines.append(line)
         if node.source.get("policy"):
-            lines.append(f"  policy: {node.source['policy']}")
-        lines.append(f"  initialization: {_text(node.initialization)}")
-        lines.append(f"  trainability: {_text(node.trainability)}")
+            lines.append(f"  policy: {escaped(node.source['policy'])}")
+        lines.append(f"  initialization: {escaped(_text(node.initialization))}")
+        lines.append(f"  trainability: {escaped(_text(node.trainability))}")
     return "\n".join(lines)
 
 
@@ -57,7 +60,7 @@ class PlanChange:
         where = f"{self.node}.{self.field}" if self.node else self.field
         before = _side(self.before, self.origin_before)
         after = _side(self.after, self.origin_after)
-        return f"{where}: {before} -> {after}"
+        return escaped(f"{where}: {before} -> {after}")
 
 
 def _side(value: Any, origin: Optional[str]) -> str:

@@ -1,7 +1,12 @@
-"""The shape table ``print(plan)`` and ``print(model)`` show (§7), read from any resolved plan."""
+"""The shape table ``print(plan)`` and ``print(model)`` show (§7), read from any resolved plan.
+
+A restored plan is untrusted text, so every cell and the header are shown with control characters
+escaped (``hndl.errors.escaped``): printing the table never acts on the terminal or forges a row.
+"""
 
 from __future__ import annotations
 
+from .errors import escaped
 from .shape_text import format_shape
 
 
@@ -21,7 +26,11 @@ def is_unary_chain(plan) -> bool:
 
 
 def header(plan) -> str:
-    """``Network: <inputs> -> <outputs>  dtype=...`` as §7 prints it."""
+    """``Network: <inputs> -> <outputs>  dtype=...`` as §7 prints it, control characters escaped."""
+    return escaped(_header(plan))
+
+
+def _header(plan) -> str:
     differing = [port for port in plan.inputs if port["dtype"] != plan.dtype]
     if len(plan.inputs) == 1 and len(plan.outputs) == 1 and plan.inputs[0]["name"] == "x" and plan.outputs[0]["name"] == "output":
         text = f"Network: {format_shape(plan.input_shape)} -> {format_shape(plan.output_shape)}  dtype={plan.dtype}"
@@ -56,6 +65,7 @@ def shape_table(plan) -> str:
             rows.append([node.id, node.alias, ins, outs])
         if not plan.nodes:
             rows.append(["(identity)", "", "", ""])
+    rows = [[escaped(cell) for cell in row] for row in rows]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = [header(plan)]
     for row in rows:

@@ -165,3 +165,88 @@ def test_a_restored_node_holds_each_field_in_its_own_slot(plan):
     restored = PlanNode.restored(**marked)
     assert all(getattr(restored, name) == (name, fields[name]) for name in PlanNode.__slots__)
     assert PlanNode.restored(**fields) == node
+
+
+# -- hostile text in a re-signed plan (issue 29, item 12) -------------------------------------------
+#: An OSC 52 clipboard write, a bidirectional override and a line break: a terminal acts on the
+#: first two, and the third would forge a line of the description.
+OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+HOSTILE = f"{OSC52} spatial\u202e.down2\nnode n9 (forged@1)\x9b"
+CONV = 'conv(8, policy="down2", name="stage")\nflatten()\nlinear()'
+
+
+def _resigned(record) -> str:
+    """Canonical plan text of ``record`` with both digests recomputed, as HNDL writes them."""
+    from hndl import persist
+
+    body = persist.fields_body(record)
+    semantic = persist.digest_of(persist.semantic_record(record))
+    artifact = persist.sha256_of(persist.with_digests(body, semantic))
+    return persist.with_digests(body, semantic, artifact).decode("utf-8")
+
+
+@pytest.fixture(scope="module")
+def hostile_plan():
+    """A conv plan whose policy text and a derivation were rewritten, then re-signed with valid digests."""
+    import json
+
+    registry = hndl.Registry.from_packs("basic", "vision")
+    plan = hndl.resolve(CONV, input_shape=("B", 3, 8, 8), output_shape=("B", 4), registry=registry)
+    record = json.loads(plan.to_json())
+    source = record["nodes"][0]["source"]
+    source["policy"] = HOSTILE
+    source["derivations"]["in_channels"] = [HOSTILE]
+    return hndl.ResolvedPlan.from_json(_resigned(record), registry=registry), plan
+
+
+def _no_terminal_controls(text: str) -> None:
+    raw = [char for char in text if char not in "\n" and (ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F
+                                                           or char in "\u202a\u202b\u202c\u202d\u202e")]
+    assert raw == [], raw
+
+
+def test_describe_of_a_re_signed_plan_shows_policy_text_escaped(hostile_plan):
+    hostile, clean = hostile_plan
+    text = hostile.describe()
+    _no_terminal_controls(text)
+    assert "  policy: \\x1b]52;c;ZWNobyBwd25lZA==\\x07 spatial\\u202e.down2\\x0anode n9 (forged@1)\\x9b" in text
+    assert "<- \\x1b]52;c;" in text
+    # Escaping forged no line: the description has exactly as many lines as the clean plan's.
+    assert len(text.splitlines()) == len(clean.describe().splitlines())
+    assert not any(line.startswith("node n9") for line in text.splitlines())
+
+
+def test_the_diff_of_a_re_signed_plan_shows_policy_text_escaped(hostile_plan):
+    hostile, clean = hostile_plan
+    changes = clean.diff(hostile)
+    text = str(changes)
+    _no_terminal_controls(text)
+    # The values are JSON (which writes \u001b itself); what JSON leaves raw is escaped too.
+    assert '"\\u001b]52;c;ZWNobyBwd25lZA==\\u0007 spatial\\u202e.down2\\nnode n9 (forged@1)\\x9b"' in text
+    assert len(text.splitlines()) == len(changes)
+
+
+def test_the_shape_table_escapes_every_cell_and_the_header():
+    """Restoration refuses such names today; the table escapes whatever plan-like object it is given."""
+    from types import SimpleNamespace
+
+    from hndl.plan_tables import shape_table
+
+    def node(node_id, alias, ref):
+        return SimpleNamespace(id=node_id, alias=alias, inputs={"x": ref}, outputs=("out",),
+                               input_shapes={"x": ("B", 4)}, output_shapes={"out": ("B", 4)})
+
+    chain = SimpleNamespace(inputs=({"name": "x", "dtype": "float32", "shape": ("B", 4)},),
+                            outputs=({"name": "output", "dtype": "float32", "shape": ("B", 4)},),
+                            dtype=f"float32{OSC52}", input_shape=("B", 4), output_shape=("B", 4),
+                            nodes=[node(f"n0{OSC52}", f"relu\u202e", "input:x")],
+                            output_ref=f"node:n0{OSC52}/out")
+    text = shape_table(chain)
+    _no_terminal_controls(text)
+    assert "dtype=float32\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in text.splitlines()[0]
+    assert "n0\\x1b]52;c;ZWNobyBwd25lZA==\\x07  relu\\u202e" in text
+    graph = SimpleNamespace(**{**vars(chain), "inputs": chain.inputs + ({"name": "y\x1b", "dtype": "int64",
+                                                                        "shape": ("B", 4)},)})
+    text = shape_table(graph)
+    _no_terminal_controls(text)
+    assert "y\\x1b=[B, 4]" in text and "x=[B, 4] <- input:x" in text
