@@ -19,7 +19,7 @@ from typing import Iterable, NamedTuple
 
 import pluggy
 
-from .errors import HNDLError
+from .errors import HNDLError, listed, shown
 
 ENTRY_POINT_GROUP = "hndl.packs"
 #: Where a pack's distribution declares the aliases its pack registers: ``alias = "<the pack's reference>"``.
@@ -92,17 +92,18 @@ def load_packs(registry, names: Iterable[str]) -> tuple[str, ...]:
     available = installed_packs()
     for name in names:
         if not isinstance(name, str) or name not in available:
-            listing = ", ".join(sorted(available)) or "none"
+            listing = listed(sorted(available)) or "none"
             raise HNDLError(
                 "E_REGISTRY",
-                f"no operator pack named {name!r} is installed (installed packs: {listing})",
+                f"no operator pack named {shown(name)} is installed (installed packs: {listing})",
                 field="packs",
                 remedies=(f"Install the pack, or choose one of: {listing}.",),
             )
-    if len(set(names)) != len(names):
+    twice = _first_repeated(names)
+    if twice is not None:
         raise HNDLError(
-            "E_REGISTRY", f"a pack is named twice in {names!r}", field="packs",
-            remedies=("Name each pack once.",),
+            "E_REGISTRY", f"the pack {shown(twice)} is named twice (packs named: {listed(names)})",
+            field="packs", remedies=("Name each pack once.",),
         )
     manager = pluggy.PluginManager("hndl")
     manager.add_hookspecs(PackHooks)
@@ -112,6 +113,16 @@ def load_packs(registry, names: Iterable[str]) -> tuple[str, ...]:
         manager.register(_load(name, available[name]), name=name)
     manager.hook.hndl_register(registry=registry)
     return names
+
+
+def _first_repeated(names: tuple[str, ...]):
+    """The first name that occurs a second time in ``names``, or None."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def _load(name: str, entry: metadata.EntryPoint):

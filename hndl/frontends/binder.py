@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ..construction import normalize_initialization, normalize_trainability
 from ..contracts import Contracts
 from ..declaration import OperatorSpec
-from ..errors import HNDLError
+from ..errors import HNDLError, listed, shown
 from ..graph import NODE_ID, Graph, Node, Ref
 from ..suggestions import did_you_mean
 
@@ -132,12 +132,12 @@ class Binder:
     def _node_id(self, name: Any, spec: OperatorSpec, where: dict) -> str:
         if not isinstance(name, str) or not NODE_ID.match(name):
             raise HNDLError(
-                "E_NAME", f"name={name!r} must be a string matching [a-z][a-z0-9_]*", **where, field="name",
+                "E_NAME", f"name={shown(name)} must be a string matching [a-z][a-z0-9_]*", **where, field="name",
                 remedies=("Use a lowercase identifier such as name=\"hidden\".",),
             )
         if name in self._ids:
             raise HNDLError(
-                "E_NAME", f"node id {name!r} is already used by an earlier call", **where, field="name",
+                "E_NAME", f"node id {shown(name)} is already used by an earlier call", **where, field="name",
                 remedies=("Give each call its own name=.",),
             )
         return name
@@ -182,12 +182,12 @@ class Binder:
             if declared_spec.is_port(spec, key):
                 if key in ports:
                     raise HNDLError(
-                        "E_ARGUMENT", f"{spec.alias}: tensor port {key!r} is bound twice", **where, field=key,
+                        "E_ARGUMENT", f"{spec.alias}: tensor port {shown(key)} is bound twice", **where, field=key,
                         remedies=("Pass each tensor once, positionally or by its port keyword.",),
                     )
                 if not isinstance(value, Symbol):
                     raise HNDLError(
-                        "E_ARGUMENT", f"{spec.alias}: port {key!r} takes a symbolic tensor, got {value!r}",
+                        "E_ARGUMENT", f"{spec.alias}: port {shown(key)} takes a symbolic tensor, got {shown(value)}",
                         **where, field=key,
                     )
                 ports[key] = value
@@ -223,7 +223,7 @@ class Binder:
         if sorted(ports) != sorted(expected) or len(ports) < 2:
             raise HNDLError(
                 "E_BINDING",
-                f"{spec.alias} needs at least two contiguous tensors {prefix}0, {prefix}1, ...; got {', '.join(ports) or 'none'}",
+                f"{spec.alias} needs at least two contiguous tensors {prefix}0, {prefix}1, ...; got {listed(ports) or 'none'}",
                 **where,
             )
         return ports
@@ -249,7 +249,7 @@ class Binder:
                 continue
             if key not in spec.args or (key == "input_count" and declared.variadic_input):
                 raise HNDLError(
-                    "E_ARGUMENT", f"{spec.alias} has no argument {key!r}", **where, field=key,
+                    "E_ARGUMENT", f"{spec.alias} has no argument {shown(key)}", **where, field=key,
                     remedies=_unknown_argument_remedies(spec, key),
                 )
             if key in author:
@@ -278,7 +278,7 @@ class Binder:
             return None
         policy = metadata["policy"]
         if not isinstance(policy, str):
-            raise HNDLError("E_ARGUMENT", f"policy= takes a policy name, got {policy!r}", **where, field="policy")
+            raise HNDLError("E_ARGUMENT", f"policy= takes a policy name, got {shown(policy)}", **where, field="policy")
         return policy
 
     def _init(self, metadata: dict, node_id: str, where: dict) -> Optional[dict]:
@@ -334,8 +334,8 @@ class Binder:
         if missing or extra:
             detail = "; ".join(
                 part for part in (
-                    f"missing {', '.join(missing)}" if missing else "",
-                    f"undeclared {', '.join(map(str, extra))}" if extra else "",
+                    f"missing {listed(missing)}" if missing else "",
+                    f"undeclared {listed(extra)}" if extra else "",
                 ) if part
             )
             raise HNDLError(
@@ -409,7 +409,7 @@ def _is_variadic_key(spec: OperatorSpec, key: str) -> bool:
 def _describe(value: Any) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)} values"
-    return repr(value) if not isinstance(value, Symbol) else str(value.ref)
+    return shown(value) if not isinstance(value, Symbol) else str(value.ref)
 
 
 def _author_arguments(spec: OperatorSpec) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from keyword import iskeyword
 from typing import Any, Collection, Mapping, NoReturn, Optional, Sequence, Union
 
 from ...construction import SCHEME_NAMES
-from ...errors import HNDLError
+from ...errors import MAX_NAME_CHARS, HNDLError, echo, shown
 from ...limits import SOURCE_BUDGETS
 from .ir import IR, Assign, Call, Evaluate, Expr, Literal, Name, Pack, Pos, Program, SchemeCall, Statement
 from .source import Source, resolve_budgets
@@ -30,6 +30,7 @@ __all__ = ["GRAMMAR_VERSION", "UNKNOWN_OPERATOR", "parse_config", "validate_conf
 #: The frontend version recorded with source provenance.
 GRAMMAR_VERSION = "python_config@1"
 #: The message of an unknown callee; the host reads the name back to suggest the fix (``unknown_operator``).
+#: A name past ``MAX_NAME_CHARS`` is shown cut, cannot be read back, and gets no suggestion (none is close).
 UNKNOWN_OPERATOR = "unknown operator '{}'"
 _UNKNOWN_OPERATOR = re.compile(r"unknown operator '(\w+)'\Z")
 
@@ -162,7 +163,7 @@ def _check_aliases(aliases: object) -> frozenset[str]:
         if alias in SCHEME_NAMES:
             raise HNDLError(
                 "E_NAME",
-                f"operator alias {alias!r} shadows the reserved initializer scheme {alias!r}",
+                f"operator alias {shown(alias)} shadows the reserved initializer scheme {shown(alias)}",
                 field="aliases",
                 remedies=("Register the operator under a different alias.",),
             )
@@ -192,7 +193,7 @@ def _check_inputs(inputs: object, aliases: frozenset[str]) -> tuple[str, ...]:
         if problem is not None:
             raise HNDLError(
                 "E_NAME",
-                f"external input name {name!r} {problem}",
+                f"external input name {shown(name)} {problem}",
                 field="inputs",
                 remedies=("Rename the external input in the contract.",),
             )
@@ -310,7 +311,7 @@ class _Validator:
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
             what = "docstrings and bare strings as statements"
         elif isinstance(value, ast.Name):
-            what = f"bare names as statements ({value.id!r})"
+            what = f"bare names as statements ({shown(value.id)})"
         elif isinstance(value, _LITERAL_NODES):
             what = "literals as statements"
         else:
@@ -351,7 +352,7 @@ class _Validator:
                     self.bad_target(element, nested=True)
                 name = self.target_name(element)
                 if name in names:
-                    self.fail("E_SYNTAX", f"name {name!r} appears twice in one unpacking target",
+                    self.fail("E_SYNTAX", f"name {shown(name)} appears twice in one unpacking target",
                               element, "Unpack into distinct names.")
                 names.append(name)
             return tuple(names), True
@@ -377,13 +378,13 @@ class _Validator:
         """A target may not be reserved, an operator alias or an initializer scheme."""
         name = node.id
         if _is_dunder(name):
-            self.fail("E_NAME", f"{name!r} is a reserved double-underscore name", node,
+            self.fail("E_NAME", f"{shown(name)} is a reserved double-underscore name", node,
                       "Choose an ordinary local name.")
         if name in self.aliases:
-            self.fail("E_NAME", f"cannot rebind operator alias {name!r}", node,
+            self.fail("E_NAME", f"cannot rebind operator alias {shown(name)}", node,
                       "Choose a local name that is not a registered operator alias.")
         if name in SCHEME_NAMES:
-            self.fail("E_NAME", f"cannot rebind reserved initializer scheme {name!r}", node,
+            self.fail("E_NAME", f"cannot rebind reserved initializer scheme {shown(name)}", node,
                       "Choose a local name that is not an initializer scheme.")
         return name
 
@@ -425,13 +426,13 @@ class _Validator:
         if name in self.defined:
             return self.build.name(name, self.pos(node))
         if name in self.aliases:
-            self.fail("E_NAME", f"operator alias {name!r} is not a tensor; calls cannot be "
+            self.fail("E_NAME", f"operator alias {shown(name)} is not a tensor; calls cannot be "
                       "redirected through local aliases", node,
                       f"Call the operator, {name}(...), or pass an earlier tensor name.")
         if name in SCHEME_NAMES:
-            self.fail("E_NAME", f"{name!r} is a reserved initializer scheme, not a tensor", node,
+            self.fail("E_NAME", f"{shown(name)} is a reserved initializer scheme, not a tensor", node,
                       "Call schemes only as direct values of an init mapping.")
-        self.fail("E_NAME", f"undefined or forward reference {name!r}", node,
+        self.fail("E_NAME", f"undefined or forward reference {shown(name)}", node,
                   "Use an external input or a local assigned by an earlier statement.")
 
     def callee(self, node: ast.Call) -> str:
@@ -450,10 +451,10 @@ class _Validator:
         if name in self.aliases:
             return name
         if name in self.defined:
-            self.fail("E_SYNTAX", f"{name!r} is a tensor, not an operator; tensors cannot be "
+            self.fail("E_SYNTAX", f"{shown(name)} is a tensor, not an operator; tensors cannot be "
                       "called", func, "Pass the tensor to an operator call instead.")
-        self.fail("E_OPERATOR", UNKNOWN_OPERATOR.format(name), func,
-                  f"Register an operator with alias {name!r} before interpretation, "
+        self.fail("E_OPERATOR", UNKNOWN_OPERATOR.format(echo(name, MAX_NAME_CHARS)), func,
+                  f"Register an operator with alias {shown(name)} before interpretation, "
                   "or fix the spelling.")
 
     def misplaced_scheme(self, node: ast.Call) -> NoReturn:
@@ -478,7 +479,7 @@ class _Validator:
                 self.fail("E_SYNTAX", "keyword expansion (**kwargs) is not part of "
                           "python_config@1", keyword, "Write each keyword argument explicitly.")
             if keyword.arg in seen:
-                self.fail("E_SYNTAX", f"keyword argument {keyword.arg!r} is repeated", keyword,
+                self.fail("E_SYNTAX", f"keyword argument {shown(keyword.arg)} is repeated", keyword,
                           "Give each keyword once.")
             seen.add(keyword.arg)
             kwargs.append((keyword.arg, self.argument(keyword.value, keyword=keyword.arg)))
@@ -542,7 +543,7 @@ class _Validator:
                 self.fail("E_SYNTAX", "keyword expansion (**kwargs) is not part of "
                           "python_config@1", keyword, "Write each keyword argument explicitly.")
             if keyword.arg in seen:
-                self.fail("E_SYNTAX", f"keyword argument {keyword.arg!r} is repeated", keyword,
+                self.fail("E_SYNTAX", f"keyword argument {shown(keyword.arg)} is repeated", keyword,
                           "Give each keyword once.")
             seen.add(keyword.arg)
             kwargs.append((keyword.arg, self.literal(keyword.value, counter, 2)))
@@ -578,7 +579,7 @@ class _Validator:
     def element(self, node: ast.expr, counter: list[int], depth: int) -> Any:
         """A container element: a literal, never a name or a call."""
         if isinstance(node, ast.Name):
-            self.fail("E_SYNTAX", f"literal containers cannot contain names ({node.id!r})",
+            self.fail("E_SYNTAX", f"literal containers cannot contain names ({shown(node.id)})",
                       node, "Pass tensors as direct operator arguments, not inside containers.")
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id in SCHEME_NAMES:
@@ -599,7 +600,7 @@ class _Validator:
                       'Use a quoted string key, e.g. {"weight": 0}.')
         name = self.string(key, key.value)
         if name in seen:
-            self.fail("E_SYNTAX", f"dict key {name!r} is repeated", key, "Give each key once.")
+            self.fail("E_SYNTAX", f"dict key {shown(name)} is repeated", key, "Give each key once.")
         return name
 
     def scalar(self, node: ast.Constant, value: Any) -> Any:
