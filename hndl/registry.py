@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from .declaration import OperatorSpec, operator as declare_operator, spec_of
-from .errors import HNDLError
+from .errors import HNDLError, listed, shown
 from .packs import installed_first_party, load_packs
 from .suggestions import operator_remedies
 
@@ -104,7 +104,7 @@ class Registry:
         except (KeyError, TypeError):
             raise HNDLError(
                 "E_OPERATOR",
-                f"operator {alias!r} is not in this registry",
+                f"operator {shown(alias)} is not in this registry",
                 remedies=operator_remedies(
                     alias, self, "Register the operator on the registry you resolve with, "
                     "or opt its pack in with Registry.from_packs(...).",
@@ -161,7 +161,7 @@ class Registry:
     ) -> None:
         """Bind a trusted zero-argument architecture builder (and readouts) to ``name``."""
         if not isinstance(name, str) or not name.isidentifier():
-            raise HNDLError("E_REGISTRY", f"provider name {name!r} must be an identifier", field="provider")
+            raise HNDLError("E_REGISTRY", f"provider name {shown(name)} must be an identifier", field="provider")
         if name in self._providers:
             raise HNDLError("E_REGISTRY", f"pretrained provider {name!r} is already registered", field="provider")
         if not callable(build):
@@ -184,10 +184,10 @@ class Registry:
     def provider(self, name: str) -> Callable[[], Any]:
         """The builder registered as ``name``; E_PRETRAINED when there is none."""
         if name not in self._providers:
-            offered = ", ".join(sorted(self._providers)) or "none"
+            offered = listed(sorted(self._providers)) or "none"
             raise HNDLError(
                 "E_PRETRAINED",
-                f"no pretrained provider {name!r} is registered (registered: {offered})",
+                f"no pretrained provider {shown(name)} is registered (registered: {offered})",
                 field="provider",
             )
         return self._providers[name]
@@ -225,4 +225,4 @@ def using_registry(registry: Registry) -> Iterator[Registry]:
 
 def _check_readout(name: object, fn: object) -> None:
     if not isinstance(name, str) or not name.isidentifier() or not callable(fn):
-        raise HNDLError("E_REGISTRY", f"readout {name!r} needs an identifier name and a callable", field="readout")
+        raise HNDLError("E_REGISTRY", f"readout {shown(name)} needs an identifier name and a callable", field="readout")
