@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, NoReturn, Optional
 
-from .errors import HNDLError
+from .errors import HNDLError, shown
 
 __all__ = [
-    "MISSING", "ARG_TYPES", "MAX_SEQUENCE_ITEMS", "MAX_STRING_BYTES", "MAX_INT", "Arg", "TensorCount",
-    "registry_error",
+    "MISSING", "ARG_TYPES", "MAX_SEQUENCE_ITEMS", "MAX_STRING_BYTES", "MAX_INT", "MAX_EXTENT", "FLOAT32_MAX", "Arg",
+    "TensorCount", "registry_error",
 ]
 
 #: Supported argument types: Python scalars plus three named bounded containers.
@@ -25,6 +25,16 @@ ARG_TYPES: tuple[Any, ...] = (int, float, bool, str, "pair", "ints", "strs")
 MAX_SEQUENCE_ITEMS = 64
 MAX_STRING_BYTES = 16_384
 MAX_INT = 2**63 - 1
+#: The bound an operator declares (``max=MAX_EXTENT``) on an argument that becomes a tensor extent, a
+#: count or a factor of one (a kernel size, a stride, a table's rows, an expansion): 2**31 - 1, the
+#: default ``limits['max_dimension']`` and the largest int32, which torch's pooling and convolution
+#: kernels index with. Products of such values can still overflow torch's int64 sizes; the build's
+#: meta-device pass refuses those with E_RESOURCE before allocating anything.
+MAX_EXTENT = 2**31 - 1
+#: The largest finite float32: every float argument must lie within it, because torch converts a
+#: Python float argument to the compute dtype's scalar type (float32 at the widest) and refuses one
+#: that overflows (``value cannot be converted to type float without overflow``).
+FLOAT32_MAX = float.fromhex("0x1.fffffep+127")
 
 _BOUNDED_TYPES = (int, float, "pair", "ints")
 _CHOICE_TYPES = (str, "strs")
@@ -75,10 +85,14 @@ class Arg:
     ``type`` is one of :data:`ARG_TYPES`. Omitting ``default`` makes the argument required
     unless ``inferable=True``, which lets the resolver solve it and forbids a default.
     ``min``/``max`` bound ``int``, ``float`` and every element of ``"pair"``/``"ints"``;
-    they are inclusive unless the matching ``exclusive_*`` flag is set. ``choices``
-    restricts a ``str`` (or every element of ``"strs"``). ``dim`` ties an ``int`` argument
-    to a shape symbol. ``positional=False`` keeps the argument keyword-only. ``help`` is
-    required and published in the catalog.
+    they are inclusive unless the matching ``exclusive_*`` flag is set. Every ``float`` value
+    lies within +-:data:`FLOAT32_MAX`, the largest finite value of the widest compute dtype.
+    ``choices`` restricts a ``str`` (or every element of ``"strs"``). ``dim`` ties an ``int``
+    argument to a shape symbol. ``positional=False`` keeps the argument keyword-only.
+    ``tensor_value=True`` marks a ``float`` that the module writes into a tensor of the plan's
+    compute dtype (a parameter's starting value, a clamp bound): a build refuses a value that
+    dtype cannot hold (``hndl.torch.build``), instead of making ``inf`` or failing on the first
+    call. ``help`` is required and published in the catalog.
 
     Arg-level inconsistencies fail here with ``E_REGISTRY``; checks that need the operator
     (``dim`` naming a symbol, collisions with ports) happen in :func:`hndl.operator`. A declared
@@ -98,6 +112,7 @@ class Arg:
         "dim",
         "positional",
         "choices",
+        "tensor_value",
     )
 
     def __init__(
@@ -114,10 +129,12 @@ class Arg:
         dim: Optional[str] = None,
         positional: bool = True,
         choices: Optional[Iterable[str]] = None,
+        tensor_value: bool = False,
     ) -> None:
         _check_arg_type(type)
         _check_flags(exclusive_min=exclusive_min, exclusive_max=exclusive_max,
-                     inferable=inferable, positional=positional)
+                     inferable=inferable, positional=positional, tensor_value=tensor_value)
+        _check_tensor_value(type, tensor_value)
         _check_help(type, help)
         _check_bounds(type, min, max, exclusive_min, exclusive_max)
         choices = _check_choices(type, choices)
@@ -134,6 +151,7 @@ class Arg:
             ("dim", dim),
             ("positional", positional),
             ("choices", choices),
+            ("tensor_value", tensor_value),
         ):
             object.__setattr__(self, slot, value)
         if default is not MISSING:
@@ -188,8 +206,8 @@ class Arg:
     def normalize(self, value: Any, *, name: str, node: Optional[str] = None) -> Any:
         """Validate one author value and return its normalized form.
 
-        ``int`` stays an int (booleans are rejected), ``float`` accepts finite ints and
-        floats and returns a float, ``"pair"`` turns ``v`` into ``(v, v)``, and the
+        ``int`` stays an int (booleans are rejected), ``float`` accepts ints and floats that are
+        finite as float32 and returns a float, ``"pair"`` turns ``v`` into ``(v, v)``, and the
         containers return tuples. ``None`` is accepted only when the declared default is
         ``None``. Any violation raises ``HNDLError("E_ARGUMENT", field=name, node=node)``.
         """
@@ -227,7 +245,7 @@ class Arg:
         """A short phrase describing acceptable values, used in remedies."""
         what = {
             int: "an int",
-            float: "a finite number",
+            float: "a number finite as float32",
             bool: "True or False",
             str: "a string",
             "pair": "an int or a pair of ints",
@@ -253,7 +271,7 @@ class Arg:
         if isinstance(value, bool) or not isinstance(value, int):
             self._fail(name, node, f"{prefix}must be an int, not {_describe(value)}")
         if abs(value) > MAX_INT:
-            self._fail(name, node, f"{prefix}{value} exceeds abs(value) <= 2**63 - 1")
+            self._fail(name, node, f"{prefix}{shown(value)} exceeds abs(value) <= 2**63 - 1")
         return int(value)
 
     def _float(self, value: Any, name: str, node: Optional[str]) -> float:
@@ -262,9 +280,12 @@ class Arg:
         try:
             result = float(value)
         except OverflowError:
-            self._fail(name, node, f"{value} is too large for a float")
+            self._fail(name, node, f"{shown(value)} is too large for a float")
         if not math.isfinite(result):
             self._fail(name, node, f"must be finite, not {value!r}")
+        if abs(result) > FLOAT32_MAX:
+            self._fail(name, node, f"{result!r} is beyond the largest float32 value {FLOAT32_MAX!r}; torch "
+                                   "cannot convert it to a compute dtype")
         return result
 
     def _string(self, value: Any, name: str, node: Optional[str], what: str = "") -> str:
@@ -360,8 +381,8 @@ def _rebuild_arg(type_: Any, default: Any, kwargs: dict) -> Arg:
 
 
 def _describe(value: Any) -> str:
-    """Type plus a short repr of an offending value."""
-    text = repr(value)
+    """Type plus a short repr of an offending value (``shown``: never failing on a digit flood)."""
+    text = shown(value)
     if len(text) > 40:
         text = text[:37] + "..."
     return f"{type(value).__name__} {text}"
@@ -390,6 +411,15 @@ def _check_flags(**flags: Any) -> None:
     for flag, value in flags.items():
         if not isinstance(value, bool):
             registry_error(f"Arg {flag}= must be True or False, not {value!r}", flag)
+
+
+def _check_tensor_value(type_: Any, tensor_value: bool) -> None:
+    if tensor_value and type_ is not float:
+        registry_error(
+            f"Arg({_type_name(type_)}) cannot declare tensor_value=True; only float arguments can",
+            "tensor_value",
+            "Declare the argument as Arg(float, ...), or drop tensor_value=True.",
+        )
 
 
 def _check_help(type_: Any, help_: Any) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Optional
 
+from .arg import FLOAT32_MAX
 from .errors import HNDLError
 
 __all__ = [
@@ -146,7 +147,7 @@ _STRING_KEYWORDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 _SEGMENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)"
 _PATH = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*", re.ASCII)
 
-_FLT_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
+_FLT_MAX = FLOAT32_MAX
 _FLT_MAX_INT = (2**24 - 1) << 104  # the largest finite binary32 value, as an int
 
 

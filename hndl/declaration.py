@@ -206,6 +206,12 @@ class OperatorSpec:
         return tuple(name for name, arg in self.args.items() if arg.positional)
 
     @functools.cached_property
+    def tensor_value_args(self) -> tuple[str, ...]:
+        """Arguments declared ``tensor_value=True``: values the module writes into a tensor of the
+        compute dtype, which a build checks against that dtype's range."""
+        return tuple(name for name, arg in self.args.items() if arg.tensor_value)
+
+    @functools.cached_property
     def dim_args(self) -> Mapping[str, str]:
         """Shape symbol -> the argument bound to it with ``dim=``, in declaration order."""
         return MappingProxyType({arg.dim: name for name, arg in self.args.items() if arg.dim is not None})

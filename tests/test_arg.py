@@ -73,3 +73,51 @@ def test_arg_does_not_import_the_operator_declaration():
         elif isinstance(node, ast.Import):
             imported.update((0, alias.name) for alias in node.names)
     assert (1, "declaration") not in imported and (0, "hndl.declaration") not in imported
+
+
+# -- issue 29, item 9: bounds that keep a resolved plan buildable ----------------------------------
+
+
+@pytest.mark.parametrize("value", [3.5e38, -1e300, 1e308, 2**200])
+def test_a_float_beyond_the_largest_float32_is_an_argument_error(value):
+    """torch converts a float argument to the compute dtype's scalar type and refused these on
+    the first call (``value cannot be converted to type float without overflow``)."""
+    arg = hndl.arg.Arg(float, 0.5, help="Slope.")
+    with pytest.raises(HNDLError) as error:
+        arg.normalize(value, name="slope", node="n0")
+    assert error.value.code == "E_ARGUMENT" and error.value.location.field == "slope"
+    assert "float32" in error.value.message
+    assert arg.normalize(hndl.arg.FLOAT32_MAX, name="slope") == hndl.arg.FLOAT32_MAX
+    assert arg.normalize(-hndl.arg.FLOAT32_MAX, name="slope") == -hndl.arg.FLOAT32_MAX
+
+
+@pytest.mark.parametrize("arg, value", [
+    (hndl.arg.Arg(int, 1, help="Count."), 10**5000),
+    (hndl.arg.Arg(float, 1.0, help="Scale."), -(10**5000)),
+    (hndl.arg.Arg("pair", 1, help="Kernel."), (1, 10**5000)),
+    (hndl.arg.Arg(int, 1, help="Count."), [10**5000]),
+], ids=["int", "float", "pair", "wrong type"])
+def test_a_digit_flood_is_described_not_formatted(arg, value):
+    """Python cannot format an int of 5,000 digits: the message used to raise ValueError."""
+    with pytest.raises(HNDLError) as error:
+        arg.normalize(value, name="n")
+    message = error.value.message
+    assert error.value.code == "E_ARGUMENT" and ("digits" in message or "too long" in message), message
+    assert len(str(error.value)) < 1000
+
+
+def test_tensor_value_is_declared_on_floats_only_and_kept_through_pickling():
+    arg = hndl.arg.Arg(float, 1e-6, tensor_value=True, help="Starting value.")
+    assert arg.tensor_value and "tensor_value=True" in repr(arg)
+    assert arg != hndl.arg.Arg(float, 1e-6, help="Starting value.")
+    assert pickle.loads(pickle.dumps(arg)) == arg
+    for bad in (dict(type=int, tensor_value=True), dict(type=float, tensor_value=1)):
+        with pytest.raises(HNDLError) as error:
+            hndl.arg.Arg(bad.pop("type"), help="Value.", **bad)
+        assert error.value.code == "E_REGISTRY" and error.value.location.field == "tensor_value"
+
+
+def test_max_extent_is_the_default_max_dimension():
+    from hndl.limits import DEFAULT_LIMITS
+
+    assert hndl.arg.MAX_EXTENT == DEFAULT_LIMITS["max_dimension"] == 2**31 - 1

@@ -11,8 +11,10 @@ random number: a seed gives the same parameters as constructing every node in fu
 Two budgets bound what a plan can make construction do. ``limits['max_node_modules']`` stops a
 node's constructor at the first module past the bound, on the meta device and for real.
 ``limits['max_state_bytes']`` is checked by the meta pass before anything is allocated; its default
-follows the target device's memory (``state_budget``). An allocation that fails anyway is
-E_RESOURCE naming the node, and whatever the build had made is released.
+follows the target device's memory (``state_budget``), and state whose size overflows torch's int64
+arithmetic is E_RESOURCE there too. An allocation that fails anyway is E_RESOURCE naming the node,
+and whatever the build had made is released. Before any of it, every argument declared
+``tensor_value`` must fit the compute dtype (``check_tensor_values``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ from .instantiate import (
     first_line,
     instantiate,
     is_allocation_failure,
+    is_size_overflow,
     registered_bytes,
+    size_overflow,
     state_tensors,
 )
 from .plain_layers import as_torch_layer
@@ -93,8 +97,32 @@ def construct(
     check_seed(initialization_seed)
     budget = state_budget(checked, target, explicit=isinstance(limits, Mapping) and "max_state_bytes" in limits)
     with limits_in_force(checked), active_specs(plan, registry) as specs:
+        check_tensor_values(plan, specs)
         return _construct(plan, module_class, specs, TORCH_DTYPES[plan.dtype], target, initialization_seed,
                           checked, budget)
+
+
+def check_tensor_values(plan: ResolvedPlan, specs: Mapping[str, OperatorSpec]) -> None:
+    """Every argument declared ``tensor_value`` fits the plan's compute dtype (E_ARGUMENT naming the
+    node, the argument and the dtype): torch would round 70000.0 to inf in float16 silently, or
+    refuse it on the first call."""
+    dtype = TORCH_DTYPES[plan.dtype]
+    if not dtype.is_floating_point:
+        return
+    largest = torch.finfo(dtype).max
+    for node in plan.nodes:
+        for name in specs[node.id].tensor_value_args:
+            value = node.args.get(name)
+            if value is not None and abs(value) > largest:
+                raise HNDLError(
+                    "E_ARGUMENT",
+                    f"node {node.id!r} ({node.op}): {name}={value!r} does not fit the compute dtype {plan.dtype}, "
+                    f"whose largest finite value is {largest!r}",
+                    node=node.id,
+                    field=name,
+                    remedies=(f"Give {name} a magnitude of at most {largest!r}, or resolve the plan with the "
+                              f"float32 compute dtype.",),
+                )
 
 
 #: Seeds an isolated construction scope accepts: every value torch's generators take as itself.
@@ -357,10 +385,15 @@ def _materialize(spec: OperatorSpec, node: PlanNode, kwargs: Mapping[str, Any], 
             held = state_tensors(module)
         return module, held
     except Exception as error:
-        if not is_allocation_failure(error):
+        if is_size_overflow(error):  # a constructor the meta device could not measure
+            overflow = size_overflow(node, error)
+        elif is_allocation_failure(error):
+            overflow, reason = None, first_line(error)
+        else:
             raise
-        reason = first_line(error)
     module = None  # raised outside the handler: no traceback keeps the partial module alive
+    if overflow is not None:
+        raise overflow
     size = f"{needed} bytes of registered state" if needed is not None else \
         "registered state of a size the meta device could not measure"
     raise HNDLError(

@@ -5,8 +5,10 @@ registered state before anything is allocated (``MetaProbe``), once for real. Bo
 ``instantiate``, which calls the declaration's class with ``constructor_kwargs``, and stop a
 constructor at the first module past ``limits['max_node_modules']`` (``ModuleCounter``).
 ``in_compute_dtype`` casts a constructed module to the plan's compute dtype where that changes
-anything. Nodes that repeat a declaration and its arguments measure the same, so the meta pass
-builds each distinct construction once.
+anything. State whose size overflows torch's int64 size arithmetic is E_RESOURCE wherever torch
+notices it (``size_overflow``): on the meta device, so before anything is allocated. Nodes that
+repeat a declaration and its arguments measure the same, so the meta pass builds each distinct
+construction once.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .registrations import watching_registrations
 __all__ = [
     "constructor_kwargs", "symbol_values", "instantiate", "ModuleCounter", "bounded_modules", "meta_module",
     "Measured", "MetaProbe", "construction_key", "in_compute_dtype", "cast_changes", "state_tensors", "registered_bytes",
-    "is_allocation_failure", "first_line",
+    "is_allocation_failure", "is_size_overflow", "size_overflow", "first_line",
 ]
 
 _SIGNATURES: dict[type, inspect.Signature] = {}
@@ -145,7 +147,8 @@ def meta_module(spec: OperatorSpec, node: PlanNode, dtype: torch.dtype, module_b
 
     Only a construction that fails for being on the meta device gives None (the node is then
     measured after real construction). HNDL errors, such as more than ``module_bound`` modules,
-    and running out of memory propagate: falling back to real construction would repeat them.
+    state whose size overflows torch's arithmetic and running out of memory propagate: falling
+    back to real construction would repeat them.
     """
     try:
         with torch.device("meta"), bounded_modules(node, module_bound):
@@ -153,6 +156,8 @@ def meta_module(spec: OperatorSpec, node: PlanNode, dtype: torch.dtype, module_b
     except HNDLError:
         raise
     except Exception as error:
+        if is_size_overflow(error):
+            raise size_overflow(node, error) from None
         if is_allocation_failure(error):
             reason = first_line(error)
         else:
@@ -320,6 +325,30 @@ def is_allocation_failure(error: BaseException) -> bool:
         return True
     text = str(error)
     return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+#: What torch says when a size does not fit its int64 arithmetic, or an extent does not fit a C long.
+_SIZE_OVERFLOWS = ("Storage size calculation overflowed", "Overflow when unpacking long",
+                   "integer multiplication overflow")
+
+
+def is_size_overflow(error: BaseException) -> bool:
+    """Whether ``error`` is torch (or Python) refusing a size too large for its 64-bit arithmetic."""
+    if isinstance(error, OverflowError):
+        return True
+    return isinstance(error, (RuntimeError, TypeError, ValueError)) and any(
+        text in str(error) for text in _SIZE_OVERFLOWS)
+
+
+def size_overflow(node: PlanNode, error: BaseException) -> HNDLError:
+    """The E_RESOURCE for ``node``, whose constructor asked for state no size computation can hold."""
+    return HNDLError(
+        "E_RESOURCE",
+        f"node {node.id!r} ({node.op}) asks for state whose size overflows torch's 64-bit size arithmetic "
+        f"({first_line(error)}), beyond any limits['max_state_bytes']",
+        node=node.id,
+        remedies=("Shrink the node's extents, expansions or counts: no limit admits this much state.",),
+    )
 
 
 def first_line(error: BaseException) -> str:

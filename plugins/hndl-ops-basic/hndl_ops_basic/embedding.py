@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 
 #: The port dtypes accepted as token ids (what torch.nn.functional.embedding indexes with).
 ID_DTYPES = ("int64", "int32")
@@ -40,12 +41,12 @@ def _relation(s) -> None:
     validate=_validate,
     shape_text="ids [B, T] of dtype int64 or int32 -> out [B, T, embedding_dim] in the compute dtype.",
     args={
-        "num_embeddings": Arg(int, min=1,
+        "num_embeddings": Arg(int, min=1, max=MAX_EXTENT,
                               help="Vocabulary size: the number of rows, valid ids are 0 ... num_embeddings - 1. "
                                    "Required; no shape can reveal it."),
         "embedding_dim": Arg(int, min=1, inferable=True, dim="D",
                              help="Width of each vector. Omit it to infer it from what consumes the output."),
-        "padding_idx": Arg(int, None, min=0, positional=False,
+        "padding_idx": Arg(int, None, min=0, max=MAX_EXTENT, positional=False,
                            help="Optional id whose row starts at zeros and never receives a gradient."),
     },
     category="embedding",

@@ -24,8 +24,11 @@ def _validate(args) -> None:
     shape="x[B, ...] -> out[B, ...]",
     validate=_validate,
     args={
-        "min_val": Arg(float, -1.0, help="Lower clipping bound; must be below max_val."),
-        "max_val": Arg(float, 1.0, help="Upper clipping bound; must be above min_val."),
+        "min_val": Arg(float, -1.0, tensor_value=True,
+                       help="Lower clipping bound; must be below max_val and fit the compute dtype (a build "
+                            "refuses magnitudes above 65504 in float16)."),
+        "max_val": Arg(float, 1.0, tensor_value=True,
+                       help="Upper clipping bound; must be above min_val and fit the compute dtype."),
     },
     category="activation",
     examples=(

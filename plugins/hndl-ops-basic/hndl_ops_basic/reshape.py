@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 
 MAX_PREFIX = 3
 
@@ -45,7 +46,8 @@ def _relation(s) -> None:
     positional_rest="shape",
     validate=_validate,
     args={
-        "shape": Arg("ints", (), min=1, help="Leading non-batch output dimensions; the rest is inferred."),
+        "shape": Arg("ints", (), min=1, max=MAX_EXTENT,
+                     help="Leading non-batch output dimensions; the rest is inferred."),
     },
     category="shape",
     examples=(

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .axes import matching_axes, rank_of
 
@@ -43,7 +44,8 @@ def _relation(s) -> None:
     relation=_relation,
     shape_text="first[dim] = size, rest[dim] = x[dim] - size; every other axis is shared.",
     args={
-        "size": Arg(int, min=1, inferable=True, help="Extent of the first section; omitted, it is inferred."),
+        "size": Arg(int, min=1, max=MAX_EXTENT, inferable=True,
+                    help="Extent of the first section; omitted, it is inferred."),
         "dim": Arg(int, 1, min=1, help="The non-batch axis to split (1 <= dim < rank)."),
     },
     category="shape",

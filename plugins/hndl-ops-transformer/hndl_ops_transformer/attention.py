@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .heads import check_heads, heads_divide_width
 
@@ -52,7 +53,8 @@ def _reference(module):
     relation=heads_divide_width,
     shape_text="x and out are [B, T, D]; D must be divisible by heads.",
     args={
-        "heads": Arg(int, min=1, help="Number of attention heads; the width D must be divisible by it."),
+        "heads": Arg(int, min=1, max=MAX_EXTENT,
+                     help="Number of attention heads; the width D must be divisible by it."),
         "causal": Arg(bool, False, positional=False,
                       help="Mask the future: position t attends only to positions 0..t."),
         "bias": Arg(bool, True, positional=False,

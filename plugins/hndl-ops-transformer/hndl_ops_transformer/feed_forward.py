@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 
 #: The activation names the feed-forward network accepts, each with the torch function it runs.
 #: "gelu" is the exact (erf) GELU of BERT and ViT; "gelu_tanh" is the tanh approximation GPT-2
@@ -68,7 +69,7 @@ def _reference(module):
     summary="Position-wise feed-forward network, linear(D, expansion * D) - activation - linear(expansion * D, D).",
     shape="x[B, T, D] -> out[B, T, D]",
     args={
-        "expansion": Arg(int, 4, min=1,
+        "expansion": Arg(int, 4, min=1, max=MAX_EXTENT,
                          help="Hidden width as a multiple of D: the hidden layer has expansion * D units."),
         "activation": Arg(str, "gelu", choices=tuple(ACTIVATIONS), positional=False, help=ACTIVATION_HELP),
         "bias": Arg(bool, True, positional=False, help="Whether both linear layers learn additive biases."),

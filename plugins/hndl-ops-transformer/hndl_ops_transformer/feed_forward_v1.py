@@ -7,6 +7,7 @@ restore, rebuild and load their state dicts. New specifications use ``feed_forwa
 from __future__ import annotations
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 from hndl.declaration import spec_of
 
 from .feed_forward import FeedForward
@@ -19,7 +20,7 @@ from .feed_forward import FeedForward
     summary="Version 1 of feed_forward (exact GELU only), kept so saved feed_forward@1 plans restore.",
     shape="x[B, T, D] -> out[B, T, D]",
     args={
-        "expansion": Arg(int, 4, min=1,
+        "expansion": Arg(int, 4, min=1, max=MAX_EXTENT,
                          help="Hidden width as a multiple of D: the hidden layer has expansion * D units."),
         "bias": Arg(bool, True, positional=False, help="Whether both linear layers learn additive biases."),
     },

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 
 PLACEMENTS = ("prepend", "append")
 
@@ -55,7 +56,7 @@ def _reference(module):
     relation=_relation,
     shape_text="T_out = T + count, solved in either direction; D passes through.",
     args={
-        "count": Arg(int, 1, min=1,
+        "count": Arg(int, 1, min=1, max=MAX_EXTENT,
                      help="Number k of learned tokens: 1 for a class token, 1 + R for a class token and R "
                           "registers."),
         "placement": Arg(str, "prepend", choices=PLACEMENTS, positional=False,

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 from hndl.declaration import spec_of
 
 from .feed_forward import FeedForward
@@ -47,9 +48,9 @@ def _reference(module):
     shape="x[B, T, D] -> out[B, T, D]",
     validate=_validate,
     args={
-        "experts": Arg(int, min=1, help="Number of expert feed-forward networks."),
-        "top_k": Arg(int, min=1, help="Experts per token, 1 <= top_k <= experts."),
-        "expansion": Arg(int, 4, min=1, positional=False,
+        "experts": Arg(int, min=1, max=MAX_EXTENT, help="Number of expert feed-forward networks."),
+        "top_k": Arg(int, min=1, max=MAX_EXTENT, help="Experts per token, 1 <= top_k <= experts."),
+        "expansion": Arg(int, 4, min=1, max=MAX_EXTENT, positional=False,
                          help="Each expert's hidden width as a multiple of D (expansion * D units)."),
         "bias": Arg(bool, True, positional=False, help="Whether the experts' linear layers learn additive biases."),
     },

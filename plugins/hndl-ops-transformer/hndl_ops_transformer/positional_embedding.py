@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 
 
 def _too_long(length: int, max_length: int) -> str:
@@ -56,7 +57,7 @@ def _reference(module):
                            "is fixed by the contract: every call must carry exactly T positions."),
         "embedding_dim": Arg(int, min=1, inferable=True, dim="D", positional=False,
                              help="Width D of each position's embedding; normally inferred from the input."),
-        "max_length": Arg(int, None, min=1, positional=False,
+        "max_length": Arg(int, None, min=1, max=MAX_EXTENT, positional=False,
                           help="Rows of the table (transformers' max_position_embeddings, timm's pos_embed "
                                "length); the first T rows are added. Omitted, the table has exactly T rows."),
     },

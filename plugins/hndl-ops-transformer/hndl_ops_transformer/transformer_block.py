@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 from hndl.declaration import spec_of
 
 from .attention import Attention
@@ -54,11 +55,12 @@ def _check_norm(norm: str) -> str:
     relation=heads_divide_width,
     shape_text="x and out are [B, T, D]; D must be divisible by heads.",
     args={
-        "heads": Arg(int, min=1, help="Number of attention heads; the width D must be divisible by it."),
+        "heads": Arg(int, min=1, max=MAX_EXTENT,
+                     help="Number of attention heads; the width D must be divisible by it."),
         "causal": Arg(bool, False, positional=False,
                       help="Mask the future in the attention: position t attends only to positions 0..t "
                            "(GPT-2 and other decoders)."),
-        "expansion": Arg(int, 4, min=1, positional=False,
+        "expansion": Arg(int, 4, min=1, max=MAX_EXTENT, positional=False,
                          help="Feed-forward hidden width as a multiple of D (expansion * D units)."),
         "activation": Arg(str, "gelu", choices=tuple(ACTIVATIONS), positional=False,
                           help="Feed-forward activation. " + ACTIVATION_HELP),

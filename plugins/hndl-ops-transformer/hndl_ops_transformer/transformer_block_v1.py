@@ -8,6 +8,7 @@ dicts. New specifications use ``transformer_block``.
 from __future__ import annotations
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 from hndl.declaration import spec_of
 
 from .heads import heads_divide_width
@@ -23,10 +24,11 @@ from .transformer_block import TransformerBlock
     relation=heads_divide_width,
     shape_text="x and out are [B, T, D]; D must be divisible by heads.",
     args={
-        "heads": Arg(int, min=1, help="Number of attention heads; the width D must be divisible by it."),
+        "heads": Arg(int, min=1, max=MAX_EXTENT,
+                     help="Number of attention heads; the width D must be divisible by it."),
         "causal": Arg(bool, False, positional=False,
                       help="Mask the future in the attention: position t attends only to positions 0..t."),
-        "expansion": Arg(int, 4, min=1, positional=False,
+        "expansion": Arg(int, 4, min=1, max=MAX_EXTENT, positional=False,
                          help="Feed-forward hidden width as a multiple of D (expansion * D units)."),
         "eps": Arg(float, 1e-5, min=0, exclusive_min=True, positional=False,
                    help="Added to the variance in both layer normalizations for stability."),

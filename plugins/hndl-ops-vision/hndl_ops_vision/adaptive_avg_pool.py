@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .convolution import SPATIAL_AXES
 
@@ -29,7 +30,7 @@ def _relation(s) -> None:
     relation=_relation,
     shape_text="out = [B, C, *output_size] for any input H, W; an omitted output_size is read off the output.",
     args={
-        "output_size": Arg("pair", min=1, inferable=True,
+        "output_size": Arg("pair", min=1, max=MAX_EXTENT, inferable=True,
                            help="Output height and width (one int for a square). Omit it to take the output's "
                                 "spatial extents from what consumes the result."),
     },

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .convolution import SIGNAL_AXIS
 
@@ -28,7 +29,7 @@ def _relation(s) -> None:
     shape_text="Rank 3 read as [B, C, L]; out = [B, C, output_size] for any input L; an omitted output_size "
                "is read off the output.",
     args={
-        "output_size": Arg(int, min=1, inferable=True,
+        "output_size": Arg(int, min=1, max=MAX_EXTENT, inferable=True,
                            help="Output length L_out. Omit it to take the output length from what consumes "
                                 "the result."),
     },

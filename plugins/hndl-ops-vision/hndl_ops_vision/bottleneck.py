@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .batch_statistics import check_batch_variance, reference_batch_norm
 from .convolution import SPATIAL_AXES, window_relation
@@ -65,15 +66,15 @@ def _reference(module):
         "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
                             help="Output channels, expansion * width. Omit them to infer them from width or from "
                                  "what consumes the result."),
-        "width": Arg(int, min=1, inferable=True, positional=False,
+        "width": Arg(int, min=1, max=MAX_EXTENT, inferable=True, positional=False,
                      help="Channels of the inner 1x1 and 3x3 convolutions (torchvision's planes, 64 in ResNet-50's "
                           "first stage); inferred as out_channels / expansion when omitted."),
         "stride": Arg(int, 1, min=1, max=2, positional=False,
                       help="Stride of the 3x3 convolution and of the projection: 1 keeps H and W, 2 halves them "
                            "(rounding up)."),
-        "expansion": Arg(int, 4, min=1, positional=False,
+        "expansion": Arg(int, 4, min=1, max=MAX_EXTENT, positional=False,
                          help="out_channels / width: 4 in ResNet-50/101/152, 2 in Wide ResNet-50-2 and ResNeXt."),
-        "groups": Arg(int, 1, min=1, positional=False,
+        "groups": Arg(int, 1, min=1, max=MAX_EXTENT, positional=False,
                       help="Groups of the 3x3 convolution (ResNeXt's cardinality, e.g. 32); width must divide by it."),
         "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
                            help="Input channels; normally inferred from the producer."),

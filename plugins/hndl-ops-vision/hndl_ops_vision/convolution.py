@@ -14,6 +14,7 @@ transposed convolution inverts exactly when the division is exact. Max and avera
 from __future__ import annotations
 
 from hndl import Arg
+from hndl.arg import MAX_EXTENT
 
 SPATIAL_AXES = (2, 3)
 #: The length axis of a [B, C, L] signal (conv1d).
@@ -25,14 +26,15 @@ def convolution_args(**extra: Arg) -> dict[str, Arg]:
     return {
         "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
                             help="Output channels. Omit them to infer them from what consumes the result."),
-        "kernel_size": Arg("pair", min=1, positional=False,
+        "kernel_size": Arg("pair", min=1, max=MAX_EXTENT, positional=False,
                            help="Kernel extent per spatial axis; required unless a policy supplies it."),
-        "stride": Arg("pair", 1, min=1, positional=False, help="Step between kernel applications."),
-        "padding": Arg("pair", 0, min=0, positional=False,
+        "stride": Arg("pair", 1, min=1, max=MAX_EXTENT, positional=False, help="Step between kernel applications."),
+        "padding": Arg("pair", 0, min=0, max=MAX_EXTENT, positional=False,
                        help="Padding per spatial axis: added to the input by conv, trimmed from the output by deconv."),
         **extra,
-        "dilation": Arg("pair", 1, min=1, positional=False, help="Spacing between kernel taps."),
-        "groups": Arg(int, 1, min=1, positional=False, help="Channel groups; both channel counts must divide by it."),
+        "dilation": Arg("pair", 1, min=1, max=MAX_EXTENT, positional=False, help="Spacing between kernel taps."),
+        "groups": Arg(int, 1, min=1, max=MAX_EXTENT, positional=False,
+                      help="Channel groups; both channel counts must divide by it."),
         "bias": Arg(bool, True, positional=False, help="Whether to learn an additive bias per output channel."),
         "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
                            help="Input channels; normally inferred from the producer."),
@@ -44,11 +46,13 @@ def convolution1d_args() -> dict[str, Arg]:
     return {
         "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
                             help="Output channels. Omit them to infer them from what consumes the result."),
-        "kernel_size": Arg(int, min=1, positional=False, help="Kernel extent along the length axis L."),
-        "stride": Arg(int, 1, min=1, positional=False, help="Step between kernel applications along L."),
-        "padding": Arg(int, 0, min=0, positional=False, help="Zeros added to both ends of L."),
-        "dilation": Arg(int, 1, min=1, positional=False, help="Spacing between kernel taps along L."),
-        "groups": Arg(int, 1, min=1, positional=False, help="Channel groups; both channel counts must divide by it."),
+        "kernel_size": Arg(int, min=1, max=MAX_EXTENT, positional=False, help="Kernel extent along the length axis L."),
+        "stride": Arg(int, 1, min=1, max=MAX_EXTENT, positional=False,
+                      help="Step between kernel applications along L."),
+        "padding": Arg(int, 0, min=0, max=MAX_EXTENT, positional=False, help="Zeros added to both ends of L."),
+        "dilation": Arg(int, 1, min=1, max=MAX_EXTENT, positional=False, help="Spacing between kernel taps along L."),
+        "groups": Arg(int, 1, min=1, max=MAX_EXTENT, positional=False,
+                      help="Channel groups; both channel counts must divide by it."),
         "bias": Arg(bool, True, positional=False, help="Whether to learn an additive bias per output channel."),
         "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
                            help="Input channels; normally inferred from the producer."),

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 
 from .convolution import SPATIAL_AXES
 
@@ -60,7 +61,7 @@ def _reference(module):
     shape_text="(H_out, W_out) = size with H_out <= H and W_out <= W; an omitted size is read off the output, "
                "e.g. from the other input of a concat. The input extents are never inferred from the output.",
     args={
-        "size": Arg("pair", min=1, inferable=True,
+        "size": Arg("pair", min=1, max=MAX_EXTENT, inferable=True,
                     help="Output (height, width), or one int for a square. Omit it to take the output's spatial "
                          "extents from what consumes the result, such as the other input of a concat."),
     },

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, Policy, operator
+from hndl.arg import MAX_EXTENT
 
 from .convolution import convolution_args, transposed_relation
 
@@ -35,7 +36,8 @@ def _validate(args) -> None:
     validate=_validate,
     shape_text="O = (I - 1)s - 2p + d(k - 1) + output_padding + 1 per spatial axis, exact both ways.",
     args=convolution_args(
-        output_padding=Arg("pair", 0, min=0, positional=False, help="Extra size added to one side of the output."),
+        output_padding=Arg("pair", 0, min=0, max=MAX_EXTENT, positional=False,
+                           help="Extra size added to one side of the output."),
     ),
     policies={"up2": UP2},
     category="convolution",

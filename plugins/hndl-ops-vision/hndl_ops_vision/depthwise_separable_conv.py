@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .batch_statistics import check_batch_variance, reference_batch_norm
 from .block_parts import ACTIVATIONS, same_padding
@@ -61,12 +62,14 @@ def _reference(module):
         "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
                             help="Output channels of the pointwise convolution. Omit them to infer them from what "
                                  "consumes the result."),
-        "kernel_size": Arg("pair", 3, min=1, positional=False, help="Kernel extent of the depthwise convolution."),
-        "stride": Arg("pair", 1, min=1, positional=False, help="Stride of the depthwise convolution."),
-        "padding": Arg("pair", None, min=0, positional=False,
+        "kernel_size": Arg("pair", 3, min=1, max=MAX_EXTENT, positional=False,
+                           help="Kernel extent of the depthwise convolution."),
+        "stride": Arg("pair", 1, min=1, max=MAX_EXTENT, positional=False, help="Stride of the depthwise convolution."),
+        "padding": Arg("pair", None, min=0, max=MAX_EXTENT, positional=False,
                        help="Zero padding of the depthwise convolution; omitted, (kernel_size - 1) // 2 * dilation "
                             "per axis, which keeps H and W for an odd kernel at stride 1."),
-        "dilation": Arg("pair", 1, min=1, positional=False, help="Spacing between the depthwise kernel taps."),
+        "dilation": Arg("pair", 1, min=1, max=MAX_EXTENT, positional=False,
+                        help="Spacing between the depthwise kernel taps."),
         "norm": Arg(bool, False, positional=False,
                     help="Follow each convolution with batch norm, as MobileNetV1 does; the convolutions then have "
                          "no bias."),

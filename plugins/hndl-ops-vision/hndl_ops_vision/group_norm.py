@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 
 def _relation(s) -> None:
@@ -38,7 +39,8 @@ def _relation(s) -> None:
     relation=_relation,
     shape_text="out has the shape of x; C must be a multiple of num_groups.",
     args={
-        "num_groups": Arg(int, min=1, help="Number of channel groups G; the channels C must divide by it."),
+        "num_groups": Arg(int, min=1, max=MAX_EXTENT,
+                          help="Number of channel groups G; the channels C must divide by it."),
         "eps": Arg(float, 1e-5, min=0, exclusive_min=True, positional=False,
                    help="Added to the variance for stability."),
         "affine": Arg(bool, True, positional=False,

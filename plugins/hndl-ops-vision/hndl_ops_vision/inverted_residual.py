@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .batch_statistics import check_batch_variance, reference_batch_norm
 from .block_parts import ACTIVATION_MODULES, ACTIVATIONS, GATES, same_padding
@@ -17,6 +18,12 @@ from .squeeze_excitation import SqueezeExcitation
 def expanded_width(in_channels: int, expand_ratio: float) -> int:
     """The hidden width, ``int(round(C_in * expand_ratio))`` as in torchvision's MobileNetV2."""
     return int(round(in_channels * expand_ratio))
+
+
+def keeps_shape(kernel_size: int, stride: int) -> bool:
+    """Whether the depthwise stage keeps H and W, so the block may add its input back: stride 1
+    and an odd kernel (padding ``(k - 1) // 2`` trims one row and column from an even one)."""
+    return stride == 1 and kernel_size % 2 == 1
 
 
 def se_width(in_channels: int, se_ratio: float) -> int:
@@ -69,14 +76,15 @@ def _reference(module):
         "out_channels": Arg(int, min=1, inferable=True, dim="C_out",
                             help="Output channels of the projection. Omit them to infer them from what consumes "
                                  "the result."),
-        "expand_ratio": Arg(float, min=1,
+        "expand_ratio": Arg(float, min=1, max=MAX_EXTENT,
                             help="Hidden width = round(C_in * expand_ratio); 1 skips the expansion convolution "
                                  "(MobileNetV2 uses 1 and 6)."),
-        "kernel_size": Arg(int, 3, min=1, positional=False,
+        "kernel_size": Arg(int, 3, min=1, max=MAX_EXTENT, positional=False,
                            help="Depthwise kernel extent, padded by (kernel_size - 1) // 2 (EfficientNet uses 3 and "
-                                "5)."),
+                                "5); an even kernel trims H and W by one, so the block has no skip."),
         "stride": Arg(int, 1, min=1, max=2, positional=False,
-                      help="Depthwise stride: 1 keeps H and W (and allows the skip), 2 halves them (rounding up)."),
+                      help="Depthwise stride: 1 keeps H and W with an odd kernel (and allows the skip), 2 halves "
+                           "them (rounding up)."),
         "activation": Arg(str, "relu6", choices=tuple(ACTIVATIONS), positional=False,
                           help="Activation after the expansion and the depthwise stage: relu6 (MobileNetV2), silu "
                                "(EfficientNet), hardswish or relu (MobileNetV3)."),
@@ -110,7 +118,7 @@ class InvertedResidual(nn.Module):
         out = act(bn(depthwise(out)))              # k x k, groups = hidden, stride, padding (k - 1) // 2
         out = squeeze_excitation(out)              # only if se_ratio > 0
         out = bn(conv1x1(out))                     # project hidden -> C_out, linear (no activation)
-        out = x + out                              # only if stride == 1 and C_in == C_out
+        out = x + out                              # only if stride == 1, k is odd and C_in == C_out
 
     The defaults (kernel 3, relu6, no squeeze-and-excitation) are MobileNetV2's block. The
     convolutions have no bias; every batch norm is `torch.nn.BatchNorm2d` (eps 1e-5, momentum
@@ -127,7 +135,8 @@ class InvertedResidual(nn.Module):
     convolutions, `stochastic_depth` and `add` for that).
 
     Whether the expansion and the skip exist is fixed at construction from the resolved
-    channels, ratio and stride. Parameters use PyTorch's default initialization. The
+    channels, ratio, kernel and stride (the skip needs the shape kept: stride 1 and an odd
+    kernel). Parameters use PyTorch's default initialization. The
     activations are part of the block's declared semantics (§6 composite operators). No
     randomness in forward; out-of-place. A training-mode call whose depthwise output holds one
     value per channel (`B * H_out * W_out == 1`) fails with `E_RUNTIME`."""
@@ -140,7 +149,7 @@ class InvertedResidual(nn.Module):
         self.activation, self.se_activation, self.se_gate = activation, se_activation, se_gate
         self.hidden_channels = hidden = expanded_width(in_channels, expand_ratio)
         self.expand = expand_ratio != 1
-        self.residual = stride == 1 and in_channels == out_channels
+        self.residual = keeps_shape(kernel_size, stride) and in_channels == out_channels
         act = ACTIVATION_MODULES[activation]
         stages: list[nn.Module] = []
         if self.expand:

@@ -29,8 +29,9 @@ def _broadcast(gamma: torch.Tensor, rank: int) -> torch.Tensor:
     shape="x[B, ...] -> out[B, ...]",
     shape_text="out has the shape of x; rank 2 and 3 scale the last axis, rank 4 the channel axis C.",
     args={
-        "init_value": Arg(float, 1e-6,
-                          help="The value every scale starts at (1e-6 in ConvNeXt; CaiT uses 1e-5 to 1e-6 by depth)."),
+        "init_value": Arg(float, 1e-6, tensor_value=True,
+                          help="The value every scale starts at (1e-6 in ConvNeXt; CaiT uses 1e-5 to 1e-6 by depth). "
+                               "It must fit the compute dtype: a build refuses more than 65504 in float16."),
     },
     category="block",
     examples=(

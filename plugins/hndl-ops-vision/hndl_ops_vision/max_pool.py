@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .pooling import pool_relation, pooling_args, validate_padding
 
@@ -24,7 +25,7 @@ def _reference(module):
     shape_text="O = floor((I + 2p - d(k - 1) - 1) / s + 1) per spatial axis, stride defaulting to the kernel; "
                "inverted as an interval.",
     args=pooling_args(
-        dilation=Arg("pair", 1, min=1, positional=False, help="Spacing between the taps of a window."),
+        dilation=Arg("pair", 1, min=1, max=MAX_EXTENT, positional=False, help="Spacing between the taps of a window."),
     ),
     category="pooling",
     examples=(

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .pooling1d import pool1d_relation, pooling1d_args, validate_padding1d
 
@@ -23,7 +24,8 @@ def _reference(module):
     shape_text="Rank 3 read as [B, C, L]; L_out = floor((L + 2p - d(k - 1) - 1) / s + 1), stride defaulting "
                "to the kernel; inverted as an interval.",
     args=pooling1d_args(
-        dilation=Arg(int, 1, min=1, positional=False, help="Spacing between the taps of a window along L."),
+        dilation=Arg(int, 1, min=1, max=MAX_EXTENT, positional=False,
+                     help="Spacing between the taps of a window along L."),
     ),
     category="pooling",
     examples=(

@@ -13,6 +13,7 @@ intersected with other facts and fixed once it collapses, exactly as for conv.
 from __future__ import annotations
 
 from hndl import Arg, HNDLError
+from hndl.arg import MAX_EXTENT
 
 from .convolution import spatial_windows, window_relation
 
@@ -20,10 +21,10 @@ from .convolution import spatial_windows, window_relation
 def pooling_args(**extra: Arg) -> dict[str, Arg]:
     """kernel_size, stride and padding; ``extra`` entries follow them."""
     return {
-        "kernel_size": Arg("pair", min=1, help="Window extent per spatial axis."),
-        "stride": Arg("pair", min=1, inferable=True, positional=False,
+        "kernel_size": Arg("pair", min=1, max=MAX_EXTENT, help="Window extent per spatial axis."),
+        "stride": Arg("pair", min=1, max=MAX_EXTENT, inferable=True, positional=False,
                       help="Step between windows. Omitted, it equals kernel_size (recorded in the plan as inferred)."),
-        "padding": Arg("pair", 0, min=0, positional=False,
+        "padding": Arg("pair", 0, min=0, max=MAX_EXTENT, positional=False,
                        help="Implicit padding on both sides of each spatial axis; at most half the kernel."),
         **extra,
     }

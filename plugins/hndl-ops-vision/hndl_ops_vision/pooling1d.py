@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hndl import Arg
+from hndl.arg import MAX_EXTENT
 
 from .convolution import SIGNAL_AXIS, window_relation
 from .pooling import validate_padding
@@ -24,11 +25,11 @@ from .pooling import validate_padding
 def pooling1d_args(**extra: Arg) -> dict[str, Arg]:
     """kernel_size, stride and padding as single integers; ``extra`` entries follow them."""
     return {
-        "kernel_size": Arg(int, min=1, help="Window extent along the length axis L."),
-        "stride": Arg(int, min=1, inferable=True, positional=False,
+        "kernel_size": Arg(int, min=1, max=MAX_EXTENT, help="Window extent along the length axis L."),
+        "stride": Arg(int, min=1, max=MAX_EXTENT, inferable=True, positional=False,
                       help="Step between windows along L. Omitted, it equals kernel_size "
                            "(recorded in the plan as inferred)."),
-        "padding": Arg(int, 0, min=0, positional=False,
+        "padding": Arg(int, 0, min=0, max=MAX_EXTENT, positional=False,
                        help="Implicit padding on both ends of L; at most half the kernel."),
         **extra,
     }

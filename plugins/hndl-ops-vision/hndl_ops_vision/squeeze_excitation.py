@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.arg import MAX_EXTENT
 
 from .block_parts import ACTIVATIONS, GATES
 
@@ -59,10 +60,10 @@ def _reference(module):
     validate=_validate,
     shape_text="out has the shape of x; squeeze_channels = max(1, C // reduction) when reduction is given.",
     args={
-        "reduction": Arg(int, None, min=1, positional=False,
+        "reduction": Arg(int, None, min=1, max=MAX_EXTENT, positional=False,
                          help="Squeeze ratio r: squeeze_channels = max(1, C // r) (SENet uses 16). Give this, "
                               "squeeze_channels, or both when they agree."),
-        "squeeze_channels": Arg(int, min=1, inferable=True, positional=False,
+        "squeeze_channels": Arg(int, min=1, max=MAX_EXTENT, inferable=True, positional=False,
                                 help="Width S of the squeeze (the hidden 1x1 convolution). Give it explicitly, or "
                                      "give reduction and it is inferred from the channels."),
         "activation": Arg(str, "relu", choices=tuple(ACTIVATIONS), positional=False,

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.arg import MAX_EXTENT
 
 from .convolution import SPATIAL_AXES
 
@@ -31,7 +32,7 @@ def _reference(module):
     relation=_relation,
     shape_text="H_out = scale_factor * H and W_out = scale_factor * W exactly, in both directions.",
     args={
-        "scale_factor": Arg(int, min=1, help="The integer factor applied to height and width."),
+        "scale_factor": Arg(int, min=1, max=MAX_EXTENT, help="The integer factor applied to height and width."),
         "mode": Arg(str, "nearest", choices=("nearest",), positional=False,
                     help="Interpolation mode; only nearest, which copies each pixel, is supported."),
     },

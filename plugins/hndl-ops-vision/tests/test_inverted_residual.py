@@ -235,6 +235,30 @@ def test_invalid_arguments_are_argument_errors(args):
     assert _fails(f"inverted_residual({args})", ("B", 4, 8, 8), ("B", 4, 8, 8)).code == "E_ARGUMENT"
 
 
+@pytest.mark.parametrize("kernel", [2, 4])
+def test_an_even_kernel_changes_the_spatial_size_so_the_block_has_no_skip(kernel):
+    """kernel_size=2 with C_in == C_out and stride 1 used to keep the skip and fail on the first call
+    (``The size of tensor a (6) must match the size of tensor b (5)``): padding (k - 1) // 2 does
+    not keep H and W for an even kernel, so x cannot be added to the branch."""
+    model = _model(f"inverted_residual(4, 6, kernel_size={kernel})", 4, 4, (6, 6), kernel=kernel)
+    block = model.nodes.n_n0
+    assert not block.residual
+    x = torch.randn(2, 4, 6, 6)
+    out = model(x)
+    assert out.shape == (2, 4, *_out((6, 6), 1, kernel))
+    torch.testing.assert_close(out, spec_of(InvertedResidual).reference(block)(x))
+
+
+@pytest.mark.parametrize("args, bound", [("4, 6, kernel_size=2147483648", "2147483647"),
+                                         ("4, 2147483648.0", "2147483647"), ("4, 1e300", "float32"),
+                                         ("4, 6, kernel_size=9223372036854775807", "2147483647")])
+def test_extents_and_ratios_beyond_their_bounds_are_argument_errors(args, bound):
+    """They used to resolve, then fail in torch (``Storage size calculation overflowed``,
+    ``Overflow when unpacking long long``)."""
+    error = _fails(f"inverted_residual({args})", ("B", 4, 8, 8), ("B", 4, 8, 8))
+    assert error.code == "E_ARGUMENT" and bound in error.message
+
+
 def test_literal_channels_contradicting_the_contract_are_a_constraint_error():
     assert _fails("inverted_residual(4, 6)", ("B", 4, 8, 8), ("B", 5, 8, 8)).code == "E_CONSTRAINT"
 
