@@ -336,7 +336,7 @@ def is_size_overflow(error: BaseException) -> bool:
     """Whether ``error`` is torch (or Python) refusing a size too large for its 64-bit arithmetic."""
     if isinstance(error, OverflowError):
         return True
-    return isinstance(error, (RuntimeError, TypeError, ValueError)) and any(
+    return isinstance(error, (RuntimeError, TypeError)) and any(
         text in str(error) for text in _SIZE_OVERFLOWS)
 
 

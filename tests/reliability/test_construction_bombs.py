@@ -154,6 +154,47 @@ def test_running_out_of_memory_on_the_meta_device_is_e_resource_and_is_not_retri
         assert devices == ["meta"]
 
 
+@pytest.mark.parametrize("size", [(2**62, 8), (2**63, 8)], ids=["storage size overflow", "extent beyond int64"])
+def test_state_whose_size_overflows_torch_is_e_resource_on_the_meta_device_and_not_retried(size):
+    """Issue 29, item 9: torch refuses such a size with RuntimeError ("Storage size calculation
+    overflowed") or TypeError ("Overflow when unpacking long long"); the meta pass used to take that
+    for "cannot be built on meta", construct the node for real and raise torch's error."""
+    devices = []
+
+    def constructor(module):
+        devices.append(torch.empty(0).device.type)
+        module.table = nn.Parameter(torch.empty(*size))
+
+    registry, plan = _probe_registry(constructor)
+    for call in (lambda: build(plan, device="cpu", registry=registry),
+                 lambda: parameter_counts(plan, registry=registry),
+                 lambda: dry_run(plan, registry=registry)):
+        devices.clear()
+        with pytest.raises(HNDLError) as error:
+            call()
+        assert error.value.code == "E_RESOURCE" and error.value.location.node == "n0", error.value
+        assert "overflows torch's 64-bit size arithmetic" in error.value.message
+        assert "max_state_bytes" in error.value.message
+        assert devices == ["meta"]
+
+
+def test_a_size_overflow_in_a_node_measured_only_for_real_is_e_resource():
+    devices = []
+
+    def constructor(module):
+        devices.append(torch.empty(0).device.type)
+        if devices[-1] == "meta":
+            raise NotImplementedError("this operator cannot be built on the meta device")
+        module.table = nn.Parameter(torch.empty(2**62, 8))
+
+    registry, plan = _probe_registry(constructor)
+    with pytest.raises(HNDLError) as error:
+        build(plan, device="cpu", registry=registry)
+    assert error.value.code == "E_RESOURCE" and error.value.location.node == "n0"
+    assert "Storage size calculation overflowed" in error.value.message
+    assert devices == ["meta", "cpu"]
+
+
 def test_operator_code_sees_the_limits_of_the_build_in_progress():
     seen = []
     registry, plan = _probe_registry(lambda module: seen.append(dict(active_limits())))
