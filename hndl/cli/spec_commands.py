@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..docs.diagram import mermaid
 from ..drawing.dot import plan_dot
-from ..drawing.graphviz import graphviz_program, render
+from ..drawing.draw import draw_plan
+from ..drawing.graphviz import graphviz_program
 from ..plan import shape_table
 from .options import Failure, add_contract_options, resolve_spec, write_bytes, write_text
 
@@ -89,5 +90,5 @@ def run_graph(options: argparse.Namespace) -> int:
     elif suffix == ".dot":
         write_text(target, plan_dot(plan))
     else:
-        write_bytes(target, render(plan_dot(plan), suffix[1:], program=program))
+        write_bytes(target, draw_plan(plan, suffix[1:], program=program))
     return 0

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import os
+import subprocess
+import time
 
 import pytest
 
 import hndl
 import hndl.torch
+from hndl.drawing import graphviz
 from hndl.drawing.notebook import diagram_html, inline_svg
 from hndl.plan import PlanNode, ResolvedPlan, shape_table
 from hndl.torch.network import Network
@@ -72,3 +77,54 @@ def test_graphviz_output_without_svg_is_refused():
 
 def test_diagram_html_escapes_the_table(plan):
     assert "&lt;tag&gt;" in diagram_html(plan, "<tag>")
+
+
+# -- issue 29, item 6: a notebook never waits on a layout it cannot draw quickly --------------------------
+def _branch_and_add(branches: int) -> str:
+    """``branches`` ``relu(x)`` branches joined by a chain of ``add``s: a layout Graphviz needs minutes for."""
+    lines = [f"r{index} = relu(x)" for index in range(branches)]
+    lines += [f"s{index} = add({'r0' if index == 1 else f's{index - 1}'}, r{index})" for index in range(1, branches)]
+    return "\n".join([*lines, f"y = relu(s{branches - 1})"])
+
+
+#: Refusing reads the plan once (0.03 s at most measured on a loaded 2-core machine): 1 s is over 30x that.
+TABLE_SECONDS = 1.0
+
+
+def test_a_huge_plan_shows_its_table_without_running_graphviz(monkeypatch):
+    plan = hndl.resolve(_branch_and_add(200), input_shape={"x": ("B", 4)}, output_shape={"y": ("B", 4)})
+    started_processes = []
+    real_popen = subprocess.Popen
+
+    def recording(*args, **options):
+        started_processes.append(args)
+        return real_popen(*args, **options)
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
+    started = time.perf_counter()
+    text = plan._repr_html_()
+    assert time.perf_counter() - started < TABLE_SECONDS
+    assert text == f'<pre class="hndl-shape-table">{html.escape(shape_table(plan))}</pre>'
+    assert started_processes == []
+
+
+def test_a_renderer_that_hangs_shows_the_table_at_the_notebook_deadline(plan, tmp_path, monkeypatch):
+    pid_file = tmp_path / "pid"
+    hanging = tmp_path / "dot"
+    hanging.write_text(f'#!/bin/sh\necho $$ > "{pid_file}"\nexec sleep 60\n', encoding="utf-8")
+    hanging.chmod(0o755)
+    monkeypatch.setattr(graphviz, "graphviz_program", lambda: str(hanging))
+    saved = graphviz.current()
+    graphviz.configure(notebook_timeout_seconds=0.5)
+    try:
+        started = time.perf_counter()
+        text = plan._repr_html_()
+        elapsed = time.perf_counter() - started
+    finally:
+        graphviz.configure(**dataclasses.asdict(saved))
+    assert text == f'<pre class="hndl-shape-table">{html.escape(shape_table(plan))}</pre>'
+    assert elapsed < 0.5 + 10  # the deadline, then a kill and a wait (0.2 s at most measured)
+    if pid_file.exists():  # started before its deadline: it must be gone now
+        pid = int(pid_file.read_text(encoding="utf-8"))
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
