@@ -44,3 +44,31 @@ def test_the_slowest_bombs_are_refused_within_two_seconds(name):
         assert caught.value.code == code
     print(f"\n{name}: best {min(times) * 1e3:.0f} ms of {', '.join(f'{t * 1e3:.0f}' for t in times)} ms")
     assert min(times) < SECONDS
+
+
+def test_the_diagram_renderer_bomb_is_refused_within_two_seconds():
+    """Issue 29 item 6: 2,500 ``relu(x)`` branches joined by a chain of ``add``s (5,000 nodes grew
+    Graphviz to 5.5 GiB) are refused before Graphviz starts, by ``hndl graph`` and in a notebook."""
+    from hndl.drawing.draw import draw_plan
+
+    lines = [f"r{index} = relu(x)" for index in range(2_500)]
+    lines += [f"s{index} = add({'r0' if index == 1 else f's{index - 1}'}, r{index})" for index in range(1, 2_500)]
+    plan = hndl.resolve("\n".join([*lines, "y = relu(s2499)"]), input_shape={"x": ("B", 4)},
+                        output_shape={"y": ("B", 4)})
+    def refused():
+        with pytest.raises(hndl.HNDLError) as caught:
+            draw_plan(plan, "svg")
+        assert caught.value.code == "E_RESOURCE" and caught.value.location.field == "max_layout_nodes"
+
+    def table_shown():
+        assert plan._repr_html_().startswith('<pre class="hndl-shape-table">')
+
+    for name, draw in (("draw_plan", refused), ("_repr_html_", table_shown)):
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            draw()
+            times.append(time.perf_counter() - start)
+        print(f"\ndiagram of 5,000 nodes, {name}: best {min(times) * 1e3:.0f} ms of "
+              f"{', '.join(f'{t * 1e3:.0f}' for t in times)} ms")
+        assert min(times) < SECONDS
