@@ -36,7 +36,7 @@ def test_a_page_publishes_the_whole_declaration(pages):
     assert "- Identity: `conv2d@1`" in page and "- Category: convolution" in page
     assert "Shape relation: `x[B, C_in, H, W] -> out[B, C_out, H_out, W_out]`" in page
     assert "| `out_channels` | int | inferred (from `C_out`) | >= 1 | positional or keyword |" in page
-    assert "| `padding` | \"pair\" | `(0, 0)` | >= 0 | keyword only |" in page
+    assert "| `padding` | \"pair\" | `(0, 0)` | >= 0; <= 2147483647 | keyword only |" in page
     assert "| `down2` | `spatial.down2_conv@1` |" in page
     assert "0      n0    conv       [B, 3, 16, 16]  [B, 8, 16, 16]" in page  # the resolved example
     # The example's diagram: Graphviz DOT, drawn to SVG when the site is built.
