@@ -111,7 +111,9 @@ def test_each_first_party_pack_declares_exactly_the_aliases_it_registers(pack):
     assert OPERATOR_GROUP == "hndl.operators"
     assert set(points[OPERATOR_GROUP].values()) == {module}, "each alias names the pack's own module"
     assert frozenset(points[OPERATOR_GROUP]) == registered
-    assert declared_aliases()[pack] == registered
+    assert declared_aliases()[pack] == registered, (
+        f"the installed metadata is stale: pip install --no-deps --no-index --no-build-isolation "
+        f"-e plugins/{DISTRIBUTIONS[pack]}")
 
 
 def test_declared_aliases_are_read_without_importing_the_pack(monkeypatch, tmp_path):
