@@ -250,13 +250,14 @@ def _late(program: str, budget: RenderBudget) -> HNDLError:
 
 def _stopped(program: str, signal_number: int, budget: RenderBudget) -> HNDLError:
     if signal_number == signal.SIGXCPU:
-        message = f"used up its CPU budget (cpu_seconds={budget.cpu_seconds})"
+        message = f"used up its CPU budget (cpu_seconds={budget.cpu_seconds}) before the layout was done"
         field = "cpu_seconds"
     else:  # graphviz-pure aborts (SIGABRT) when an allocation fails; Graphviz in C may crash instead
-        message = (f"was stopped by {_signal_name(signal_number)}: the layout most likely outgrew its memory budget "
-                   f"(memory_bytes={budget.memory_bytes}, {budget.memory_bytes / 2**20:g} MiB)")
+        message = (f"was stopped by {_signal_name(signal_number)} before the layout was done: it most likely "
+                   f"outgrew its memory budget (memory_bytes={budget.memory_bytes}, "
+                   f"{budget.memory_bytes / 2**20:g} MiB)")
         field = "memory_bytes"
-    return HNDLError("E_RESOURCE", f"Graphviz ({program}) {message} before the layout was done", field=field,
+    return HNDLError("E_RESOURCE", f"Graphviz ({program}) {message}", field=field,
                      remedies=(SMALLER_REMEDY, _budget_remedy()))
 
 
