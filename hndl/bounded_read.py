@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 import stat
 
-from .errors import HNDLError
+from .errors import MAX_NAME_CHARS, HNDLError, echo
 
 __all__ = ["read_bounded"]
 
 
 def _unreadable(path: str, what: str, why: str, remedy: str) -> HNDLError:
-    return HNDLError("E_SCHEMA", f"cannot read {what} {path!r}: {why}", file=path, remedies=(remedy,))
+    # the path is cut before the message is, so the reason at its end is always shown
+    return HNDLError("E_SCHEMA", f"cannot read {what} '{echo(path, MAX_NAME_CHARS)}': {why}", file=path,
+                     remedies=(remedy,))
 
 
 def read_bounded(path: str, limit: int, *, what: str, remedy: str) -> bytes:

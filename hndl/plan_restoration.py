@@ -17,7 +17,7 @@ from .bounded_read import read_bounded
 from .collector import collector_paused
 from .construction import check_initialization_record, check_trainability_record
 from .contracts import COMPUTE_DTYPES, INTEGER_DTYPES, PORT_NAME, batch_multiple
-from .errors import HNDLError
+from .errors import HNDLError, echo, listed, shown
 from .graph import NODE_ID, Ref
 from .limits import validate_limits
 from .plan_encoding import (
@@ -53,18 +53,33 @@ def restore(text: Any, *, plan_type: type, node_type: type, registry=None,
 
 
 def _restore(text: Any, plan_type: type, node_type: type, registry, limits: Optional[Mapping[str, int]]) -> Any:
-    validate_limits(limits)
+    limits = validate_limits(limits)
     text, record = _load(text)
     try:
+        _check_node_count(record, limits["max_nodes"])
         _check_format(record)
         _check_versions(record)
         _check_digests(record, text)
         registry = Registry.builtins() if registry is None else registry
         plan = _rebuild(record, registry, plan_type, node_type)
-        revalidate(plan, registry, limits=validate_limits(limits))
+        revalidate(plan, registry, limits=limits)
     except RecursionError:  # a backstop: the format checks bound every nesting they allow
         raise HNDLError("E_RESOURCE", "plan JSON nests too deeply") from None
     return plan
+
+
+def _check_node_count(record: dict, max_nodes: int) -> None:
+    """E_RESOURCE for a node list longer than ``max_nodes``, counted on the decoded record
+    before the format, digest and rebuild passes spend seconds on a plan revalidation would
+    refuse anyway (a well-formed node list is a JSON array of one object per node)."""
+    nodes = record.get("nodes")
+    if type(nodes) is list and len(nodes) > max_nodes:
+        raise HNDLError(
+            "E_RESOURCE",
+            f"the saved plan has {len(nodes)} nodes, above max_nodes={max_nodes}",
+            field="nodes",
+            remedies=("Restore it with a larger limits['max_nodes'] if the plan is trusted, or shrink the graph.",),
+        )
 
 
 def read_plan_file(path: str) -> bytes:
@@ -121,8 +136,8 @@ def _refuse_lone_surrogates(record: dict) -> None:
             if isinstance(item, str):
                 found = SURROGATE.search(item)
                 if found is not None:
-                    raise _schema(f"{field} holds the lone surrogate {ascii(found.group())}, which is not UTF-8 text",
-                                  field)
+                    raise _schema(f"{echo(field)} holds the lone surrogate {ascii(found.group())}, which is not "
+                                  "UTF-8 text", field)
             elif isinstance(item, dict):
                 pending.extend(item)
                 pending.extend(item.values())
@@ -169,7 +184,7 @@ def _unique_keys(pairs: list) -> dict:
     if len(result) != len(pairs):
         seen = set()
         duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise _Refused(f"duplicate field {duplicate!r}")
+        raise _Refused(f"duplicate field {shown(duplicate)}")
     return result
 
 
@@ -180,7 +195,7 @@ def _no_constant(name: str):
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _Refused(f"non-finite number {text}")
+        raise _Refused(f"non-finite number {echo(text)}")
     return value
 
 
@@ -189,12 +204,7 @@ def _check_format(record: dict) -> None:
     missing = PLAN_FIELDS - keys
     unexpected = keys - PLAN_FIELDS - OPTIONAL_PLAN_FIELDS
     if missing or unexpected:
-        raise _schema(
-            "; ".join(part for part in (
-                f"missing {', '.join(sorted(missing))}" if missing else "",
-                f"unexpected {', '.join(sorted(unexpected))}" if unexpected else "",
-            ) if part),
-        )
+        raise _schema(_fields_difference(missing, unexpected))
     if ("inputs" in record) != ("outputs" in record):
         raise _schema("inputs and outputs are saved together or not at all", "inputs")
     for field in ("schema_version", "resolution_version"):
@@ -202,7 +212,7 @@ def _check_format(record: dict) -> None:
             raise _schema(f"{field} must be an integer", field)
     _expect(isinstance(record["frontend"], dict), "frontend must be an object", "frontend")
     _check_depth(record["frontend"], 1)
-    _expect(record["dtype"] in COMPUTE_DTYPES, f"dtype {record['dtype']!r} is not a compute dtype", "dtype")
+    _expect(record["dtype"] in COMPUTE_DTYPES, f"dtype {shown(record['dtype'])} is not a compute dtype", "dtype")
     _expect(record["input_dtype"] in COMPUTE_DTYPES + INTEGER_DTYPES, "input_dtype is malformed", "input_dtype")
     _expect(isinstance(record["output_ref"], str), "output_ref must be text", "output_ref")
     digests = record["digests"]
@@ -264,48 +274,60 @@ def _check_node_format(node: Any) -> None:
         raise _schema("every node must be an object", "nodes")
     keys = set(node)
     if keys != NODE_FIELDS:
-        missing, unexpected = NODE_FIELDS - keys, keys - NODE_FIELDS
-        raise _schema(
-            f"node {node.get('id')!r}: "
-            + "; ".join(part for part in (
-                f"missing {', '.join(sorted(missing))}" if missing else "",
-                f"unexpected {', '.join(sorted(unexpected))}" if unexpected else "",
-            ) if part),
-            "nodes",
-        )
+        raise _schema(f"node {shown(node.get('id'))}: {_fields_difference(NODE_FIELDS - keys, keys - NODE_FIELDS)}",
+                      "nodes")
     node_id = node["id"]
     if not (isinstance(node_id, str) and NODE_ID.match(node_id)):
-        raise _schema(f"node {node_id!r}: malformed id", "id")
+        raise _schema(f"node {shown(node_id)}: malformed id", "id")
+    _check_node_fields(node, node_id)
+
+
+def _check_node_fields(node: dict, node_id: str) -> None:
+    """The fixed JSON shape of every field of a node whose keys and id are well formed."""
     if not (isinstance(node["op"], str) and "@" in node["op"]):
-        raise _schema(f"node {node_id!r}: malformed op", "op")
+        raise _node_schema(node_id, "malformed op", "op")
     for field in OBJECT_FIELDS:
         if not isinstance(node[field], dict):
-            raise _schema(f"node {node_id!r}: {field} must be an object", field)
+            raise _node_schema(node_id, f"{field} must be an object", field)
     _check_depth(node["args"], 3)
     outputs = node["outputs"]
     if not (isinstance(outputs, list) and all(type(port) is str for port in outputs)):
-        raise _schema(f"node {node_id!r}: outputs must be a list of port names", "outputs")
+        raise _node_schema(node_id, "outputs must be a list of port names", "outputs")
     if not all(type(ref) is str for ref in node["inputs"].values()):
-        raise _schema(f"node {node_id!r}: malformed input references", "inputs")
+        raise _node_schema(node_id, "malformed input references", "inputs")
     for field in ("input_shapes", "output_shapes"):
         for shape in node[field].values():
             if not (isinstance(shape, list) and 2 <= len(shape) <= 4):
-                raise _schema(f"node {node_id!r}: malformed {field}", field)
+                raise _node_schema(node_id, f"malformed {field}", field)
     if not all(origin in ORIGINS for origin in node["provenance"].values()):
-        raise _schema(f"node {node_id!r}: unknown argument origin", "provenance")
+        raise _node_schema(node_id, "unknown argument origin", "provenance")
     source = node["source"]
     if set(source) != SOURCE_FIELDS:
-        raise _schema(f"node {node_id!r}: source must hold exactly {', '.join(sorted(SOURCE_FIELDS))}", "source")
+        raise _node_schema(node_id, f"source must hold exactly {', '.join(sorted(SOURCE_FIELDS))}", "source")
     for key in ("line", "column"):
         if not (source[key] is None or (type(source[key]) is int and source[key] > 0)):
-            raise _schema(f"node {node_id!r}: source line and column must be positive integers or null", "source")
+            raise _node_schema(node_id, "source line and column must be positive integers or null", "source")
     if not (source["policy"] is None or isinstance(source["policy"], str)):
-        raise _schema(f"node {node_id!r}: source policy must be text or null", "source")
+        raise _node_schema(node_id, "source policy must be text or null", "source")
     derivations = source["derivations"]
     if not (isinstance(derivations, dict) and all(
         type(steps) is list and all(type(step) is str for step in steps) for steps in derivations.values()
     )):
-        raise _schema(f"node {node_id!r}: source derivations must map arguments to lists of text", "source")
+        raise _node_schema(node_id, "source derivations must map arguments to lists of text", "source")
+
+
+def _fields_difference(missing: set, unexpected: set) -> str:
+    """The names missing and unexpected, as "missing a, b; unexpected c, ... and N more":
+    each name bounded and each list capped, however many a hostile record holds."""
+    return "; ".join(part for part in (
+        f"missing {listed(sorted(missing))}" if missing else "",
+        f"unexpected {listed(sorted(unexpected))}" if unexpected else "",
+    ) if part)
+
+
+def _node_schema(node_id: str, message: str, field: str) -> HNDLError:
+    """E_SCHEMA about the node ``node_id``, its id shown bounded."""
+    return _schema(f"node {shown(node_id)}: {message}", field)
 
 
 #: The node fields that are JSON objects.
@@ -323,7 +345,7 @@ def _check_versions(record: dict) -> None:
         if record[field] != supported:
             raise HNDLError(
                 "E_STATE_VERSION",
-                f"saved plan has {field} {record[field]}; this HNDL reads {field} {supported}",
+                f"saved plan has {field} {shown(record[field])}; this HNDL reads {field} {supported}",
                 field=field,
                 remedies=(
                     "Restore it with the HNDL release that wrote it, or re-resolve the original "
@@ -355,11 +377,7 @@ def _rebuild(record: dict, registry, plan_type: type, node_type: type) -> Any:
     """A plan from a record that passed the format checks; identities must be registered."""
     inputs, outputs = _ports(record)
     batch = inputs[0]["shape"][0]
-    ids = [node["id"] for node in record["nodes"]]
-    if len(set(ids)) != len(ids):
-        twice = next(node_id for index, node_id in enumerate(ids) if node_id in ids[:index])
-        raise HNDLError("E_INTEGRITY", f"node id {twice!r} is saved twice", node=twice, field="id",
-                        remedies=("Restore the plan from an unmodified copy.",))
+    _check_unique_ids(record["nodes"])
     nodes = []
     checked: dict = {}  # saved arguments already validated, by (operator, provenance, exact values)
     for node in record["nodes"]:
@@ -400,6 +418,17 @@ def _rebuild(record: dict, registry, plan_type: type, node_type: type) -> Any:
     )
 
 
+def _check_unique_ids(nodes: list) -> None:
+    """E_INTEGRITY naming the first id saved a second time (one pass, however many nodes)."""
+    ids = [node["id"] for node in nodes]
+    if len(set(ids)) == len(ids):
+        return
+    seen: set = set()
+    twice = next(node_id for node_id in ids if node_id in seen or seen.add(node_id))
+    raise HNDLError("E_INTEGRITY", f"node id {shown(twice)} is saved twice", node=twice, field="id",
+                    remedies=("Restore the plan from an unmodified copy.",))
+
+
 def _declared_order(spec, node: dict) -> tuple[str, ...]:
     """Input ports in the operator's declared binding order: JSON objects are saved with sorted
     keys, but modules receive their tensors positionally in declaration order."""
@@ -411,7 +440,8 @@ def _declared_order(spec, node: dict) -> tuple[str, ...]:
     if set(ports) != set(saved) or set(node["input_shapes"]) != set(saved) or set(node["output_shapes"]) != set(node["outputs"]):
         raise HNDLError(
             "E_BINDING",
-            f"node {node['id']!r} saves input ports {sorted(saved)}, but {spec.qualified} declares {list(ports)}",
+            f"node {shown(node['id'])} saves input ports [{listed(sorted(saved))}], but {spec.qualified} declares "
+            f"[{listed(ports)}]",
             node=node["id"],
             field="inputs",
         )
@@ -437,7 +467,7 @@ def _check_ports(ports: Any, keys: tuple[str, ...], field: str) -> None:
             try:
                 Ref.parse(port["ref"])
             except HNDLError:
-                raise _schema(f"{field}: malformed reference {port['ref']!r}", field) from None
+                raise _schema(f"{field}: malformed reference {shown(port['ref'])}", field) from None
     _expect(len({port["name"] for port in ports}) == len(ports), f"{field}: duplicate port names", field)
 
 
@@ -452,11 +482,12 @@ def _arguments(spec, node: dict) -> dict:
     if set(args) != set(spec.args):
         raise HNDLError(
             "E_INTEGRITY",
-            f"node {node['id']!r} saves arguments {sorted(args)}, but {spec.qualified} declares {sorted(spec.args)}",
+            f"node {shown(node['id'])} saves arguments [{listed(sorted(args))}], but {spec.qualified} declares "
+            f"[{listed(sorted(spec.args))}]",
             node=node["id"],
         )
     if set(node["provenance"]) != set(spec.args):
-        raise _schema(f"node {node['id']!r}: provenance must name every argument", "provenance")
+        raise _schema(f"node {shown(node['id'])}: provenance must name every argument", "provenance")
     result = {}
     for name, arg in spec.args.items():
         value = args[name]
@@ -469,7 +500,7 @@ def _arguments(spec, node: dict) -> dict:
                 # resolution saves normalized values; anything else would re-encode to other bytes and digests
                 raise HNDLError(
                     "E_INTEGRITY",
-                    f"saved argument {name}={value!r} is not in its normalized form {thaw(result[name])!r}",
+                    f"saved argument {name}={shown(value)} is not in its normalized form {shown(thaw(result[name]))}",
                     node=node["id"], field=name,
                     remedies=("Restore the plan from an unmodified copy.",),
                 )

@@ -118,7 +118,7 @@ class Registry:
         except (KeyError, TypeError):
             raise HNDLError(
                 "E_STATE_VERSION",
-                f"no operator with identity {identity!r} is registered",
+                f"no operator with identity {shown(identity)} is registered",
                 remedies=("Register the operator implementation with exactly this identity and version.",),
             ) from None
 

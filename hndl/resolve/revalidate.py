@@ -12,7 +12,7 @@ from typing import Mapping
 
 from ..collector import collector_paused
 from ..contracts import batch_multiple, parse_contracts
-from ..errors import HNDLError
+from ..errors import HNDLError, listed, shown
 from ..graph import Graph, Node, Ref, execution_order
 from ..limits import limits_in_force
 from ..plan_values import exact_key
@@ -138,14 +138,14 @@ def _check_saved_bindings(plan, shapes: dict[str, tuple]) -> None:
             if tuple(saved.input_shapes[port]) != shapes[ref]:
                 raise HNDLError(
                     "E_INTEGRITY",
-                    f"node {saved.id!r} input {port!r} is saved as {list(saved.input_shapes[port])} but {ref} "
-                    f"is {list(shapes[ref])}",
+                    f"node {shown(saved.id)} input {shown(port)} is saved as {_shape_text(saved.input_shapes[port])} "
+                    f"but {shown(ref)} is {_shape_text(shapes[ref])}",
                     node=saved.id, field=port,
                 )
     for port in plan.outputs:
         if tuple(port["shape"]) != shapes[port["ref"]]:
-            raise HNDLError("E_INTEGRITY", f"output {port['name']!r} does not match the shape of {port['ref']}",
-                            field=port["name"])
+            raise HNDLError("E_INTEGRITY", f"output {shown(port['name'])} does not match the shape of "
+                            f"{shown(port['ref'])}", field=port["name"])
 
 
 def _graph(plan, registry) -> Graph:
@@ -162,13 +162,13 @@ def _graph(plan, registry) -> Graph:
         if tuple(saved.outputs) != declared:
             raise HNDLError(
                 "E_BINDING",
-                f"node {saved.id!r} saves output ports {list(saved.outputs)}, but {spec.qualified} with these "
-                f"arguments declares {list(declared)}",
+                f"node {shown(saved.id)} saves output ports [{listed(saved.outputs)}], but {spec.qualified} with "
+                f"these arguments declares [{listed(declared)}]",
                 node=saved.id,
                 field="outputs",
             )
         if set(saved.input_shapes) != set(saved.inputs) or set(saved.output_shapes) != set(saved.outputs):
-            raise HNDLError("E_BINDING", f"node {saved.id!r}: port shapes do not match its ports", node=saved.id)
+            raise HNDLError("E_BINDING", f"node {shown(saved.id)}: port shapes do not match its ports", node=saved.id)
         args = dict(saved.args)
         nodes.append(Node(
             id=saved.id,
@@ -194,3 +194,8 @@ def _saved_shapes(plan) -> dict[str, tuple]:
 
 def _seed(tensor: TensorFacts, shape: tuple, ref: str, facts: Facts) -> None:
     tensor.seed(shape, batch_multiple(shape[0], facts.batch_symbol), f"saved shape of {ref} is {list(shape)}")
+
+
+def _shape_text(shape) -> str:
+    """A saved shape as ``['B', 64]``, each entry bounded (an extent may be thousands of digits long)."""
+    return f"[{listed(shape, show=shown)}]"

@@ -12,11 +12,17 @@ of the two artifacts §12 asks hosts to keep together: the plan JSON and a PyTor
 2. construction with ``build`` (the plan's initialization records, trainability masks, the
    meta-device state bound);
 3. the state: its keys and version metadata are checked for form, then every entry's name,
-   kind (a dense, strided, unquantized plain tensor or Parameter with data), shape and dtype
-   is compared with the built module's ``state_dict()`` and *all* differences are reported
-   before anything is loaded, so a refused state leaves a live module exactly as it was;
+   kind (a dense, strided, unquantized plain tensor or Parameter with data; quantized only
+   where the module holds a quantized tensor with the same scheme), shape and dtype is
+   compared with the built module's ``state_dict()`` (a quantized layer's packed weights by
+   what they unpack to: each weight and bias, and the packed dtype), and *all* differences are
+   reported before anything is loaded, so a refused state leaves a live module exactly as it
+   was. A module whose own loader reads its saved version (quantized layers, batch norm) must
+   be saved at the version it is built at: its entries were checked against that layout;
 4. ``load_state_dict(strict=True)``, which copies values in place (devices may differ;
-   dtypes may not). It sees only the entries and the module versions of the metadata: a
+   dtypes may not). It sees only the entries and module versions: the state's own where its
+   metadata names one, else the version each module builds (a plain dict without metadata
+   is read in the layout it was checked against, not as the oldest layout torch knows). A
    loader option in the data (``assign_to_params_buffers``) is dropped, because how state is
    loaded is the host's choice. Operators that cache derived tensors refresh them through
    their own load hooks (§11: "manage derived caches correctly after state loading/device
@@ -37,9 +43,10 @@ Error codes for a state dictionary that does not fit (one rule, stated once):
 * **E_STATE_VERSION** — the state was written by *another parameter layout of the same
   operator*: the state's own version metadata (``state_dict()._metadata``, which PyTorch
   records for every module) gives a module version different from the one this registry's
-  implementation builds, and that node's entries do not fit. The operator's semantic
-  version is what carries parameter layout (§10), so this means the implementation that
-  wrote the state is not the one available now.
+  implementation builds, and that node's entries do not fit, or that module's loader reads
+  the version (the entries fit the built layout, so the metadata contradicts them). The
+  operator's semantic version is what carries parameter layout (§10), so this means the
+  implementation that wrote the state is not the one available now.
 
 The module returned is in training mode, like every built module; loading never changes
 ``requires_grad`` (trainability lives in the plan, not in the state dictionary).
@@ -49,12 +56,13 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import torch
 from torch import nn
 
-from ..errors import HNDLError
+from ..errors import MAX_LISTED, HNDLError, echo, shown
 from ..limits import validate_limits
 from ..persist import from_json, read_plan_file
 from ..plan import ResolvedPlan
@@ -103,66 +111,107 @@ def load_state(module: nn.Module, state_dict: Mapping[str, Any]) -> None:
     """Check every entry of ``state_dict`` against ``module`` (``check_state``), then load it
     strictly. Nothing is loaded unless everything fits.
 
-    torch receives a shallow copy holding the same tensors and only the module versions of
-    the metadata, so nothing in the data chooses how the state is loaded.
+    torch receives a shallow copy holding the same tensors and only module versions as
+    metadata (``_loading_versions``), so nothing in the data chooses how the state is loaded.
     """
     check_state(module, state_dict)
     entries = OrderedDict(state_dict)
-    versions = _metadata_versions(state_dict)
+    versions = _loading_versions(module, _metadata_versions(state_dict))
     entries._metadata = OrderedDict((prefix, {"version": version}) for prefix, version in versions.items())
     module.load_state_dict(entries, strict=True)
 
 
 def check_state(module: nn.Module, state_dict: Mapping[str, Any]) -> None:
     """Raise E_SCHEMA, E_STATE_VERSION or E_INTEGRITY unless ``state_dict`` has exactly
-    ``module``'s entries, each a plain dense tensor with its shape and dtype. Reads only
-    tensor attributes, so it allocates nothing and changes nothing."""
+    ``module``'s entries, each a plain dense tensor with its shape and dtype (a quantized
+    layer's packed weights: what they unpack to), and a version every module's own loader
+    reads in that layout. Reads metadata only: it allocates nothing beyond what the module's
+    own ``state_dict()`` does and changes nothing."""
     if not isinstance(state_dict, Mapping):
         raise HNDLError("E_SCHEMA", f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}",
                         field="state_dict")
     _check_keys(state_dict)
     versions = _metadata_versions(state_dict)
     expected = module.state_dict(keep_vars=True)
-    problems: list[tuple[str, str]] = []  # (key, description)
-    for key in expected.keys() - state_dict.keys():
-        problems.append((key, f"missing entry {key!r}"))
-    for key in state_dict.keys() - expected.keys():
-        problems.append((key, f"unexpected entry {key!r}"))
+    problems = _problems(expected, state_dict)
+    if problems:
+        _refuse(module, versions, expected, problems)
+    _check_loader_versions(module, versions)
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+#: The most problems a message spells out; the chain holds up to MAX_LISTED, then counts the rest.
+_SUMMARIZED = 8
+#: The key suffix torch gives a module's ``get_extra_state()`` value.
+_EXTRA_STATE = "_extra_state"
+
+
+def _problems(expected: Mapping[str, Any], state_dict: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(key, saved value)`` for every missing, unexpected or unfitting entry, sorted by key;
+    described (``_described``) only when shown, so a flood of hostile keys costs one pass."""
+    problems: list[tuple[str, Any]] = [(key, _MISSING) for key in expected.keys() - state_dict.keys()]
+    problems += [(key, _UNEXPECTED) for key in state_dict.keys() - expected.keys()]
     for key in expected.keys() & state_dict.keys():
-        want = expected[key]
-        if not isinstance(want, torch.Tensor):
-            continue  # extra state (get_extra_state) is the module's own business
-        problem = _entry_problem(key, state_dict[key], want)
-        if problem is not None:
-            problems.append((key, problem))
-    if not problems:
-        return
-    problems.sort()
+        if _entry_problem(key, state_dict[key], expected[key]) is not None:
+            problems.append((key, state_dict[key]))
+    problems.sort(key=itemgetter(0))
+    return problems
+
+
+def _described(problems: list[tuple[str, Any]], expected: Mapping[str, Any], limit: int) -> list[str]:
+    """What is wrong with each of the first ``limit`` problems, each key shown bounded."""
+    texts = []
+    for key, got in problems[:limit]:
+        if got is _MISSING:
+            texts.append(f"missing entry {_label(key)}")
+        elif got is _UNEXPECTED:
+            texts.append(f"unexpected entry {_label(key)}")
+        else:
+            texts.append(_label(key) + _entry_problem(key, got, expected[key]))
+    return texts
+
+
+def _refuse(module: nn.Module, versions: Mapping[str, int], expected: Mapping[str, Any],
+            problems: list[tuple[str, Any]]) -> None:
+    """E_STATE_VERSION when a problem entry's module was saved at another version, else E_INTEGRITY;
+    the message spells out the first few problems and the chain up to MAX_LISTED, then counts."""
+    texts = _described(problems, expected, MAX_LISTED)
+    more = len(problems) - len(texts)
+    chain = tuple(texts) + ((f"... and {more} more problem(s)",) if more else ())
+    summary = "; ".join(texts[:_SUMMARIZED]) + (f"; ... and {len(problems) - _SUMMARIZED} more"
+                                                if len(problems) > _SUMMARIZED else "")
     version = _version_drift(module, versions, [key for key, _ in problems])
     if version is not None:
         prefix, saved, current = version
         raise HNDLError(
             "E_STATE_VERSION",
-            f"the state of {prefix or 'the module'!r} was written by module version {saved}, but this "
-            f"implementation builds version {current} with another parameter layout: "
-            + "; ".join(text for _, text in problems),
+            f"the state of {shown(prefix or 'the module')} was written by module version {saved}, but this "
+            f"implementation builds version {current} with another parameter layout: {summary}",
             node=_node_of(prefix + "."),
-            chain=tuple(text for _, text in problems),
+            chain=chain,
             remedies=("Install the operator implementation that wrote this state, or migrate the weights "
                       "explicitly with that implementation's documented conversion.",),
         )
     raise HNDLError(
         "E_INTEGRITY",
-        f"the state dictionary does not match the plan ({len(problems)} problem(s)): "
-        + "; ".join(text for _, text in problems[:8]) + ("; ..." if len(problems) > 8 else ""),
+        f"the state dictionary does not match the plan ({len(problems)} problem(s)): {summary}",
         node=_node_of(problems[0][0]),
         field=problems[0][0],
-        chain=tuple(text for _, text in problems),
+        chain=chain,
         remedies=_REMEDY_PAIR,
     )
 
 
-# -- helpers -------------------------------------------------------------------------------------------
+#: Stand-ins for the saved value in a problem list: the entry is missing, or not expected.
+_MISSING = object()
+_UNEXPECTED = object()
+
+
+def _label(key: str) -> str:
+    """A state key as messages quote it: escaped and bounded."""
+    return f"'{echo(key)}'"
+
+
 _STATE_REMEDY = ("Pass the mapping that module.state_dict() returned (or torch.load(path, weights_only=True) "
                  "of a file torch.save wrote from it), unmodified.",)
 
@@ -172,7 +221,7 @@ def _check_keys(state_dict: Mapping[Any, Any]) -> None:
     for key in state_dict:
         if not isinstance(key, str):
             raise HNDLError(
-                "E_SCHEMA", f"state dictionary key {key!r} is {type(key).__name__}, not a str: entries are keyed "
+                "E_SCHEMA", f"state dictionary key {shown(key)} is {type(key).__name__}, not a str: entries are keyed "
                 "by dotted parameter and buffer names such as 'nodes.n_n0.weight'",
                 field="state_dict", remedies=_STATE_REMEDY,
             )
@@ -193,7 +242,8 @@ def _metadata_versions(state_dict: Mapping[str, Any]) -> dict[str, int]:
         version = entry.get("version") if well_formed else None
         if not well_formed or ("version" in entry and (type(version) is not int or version < 1)):
             raise HNDLError(
-                "E_SCHEMA", f"state dictionary metadata {prefix!r}: {entry!r} is not {{'version': positive int}}",
+                "E_SCHEMA", f"state dictionary metadata {shown(prefix)}: {shown(entry)} is not "
+                "{'version': positive int}",
                 field="state_dict._metadata", remedies=_STATE_REMEDY,
             )
         if version is not None:
@@ -201,29 +251,90 @@ def _metadata_versions(state_dict: Mapping[str, Any]) -> dict[str, int]:
     return versions
 
 
-def _entry_problem(key: str, got: Any, want: torch.Tensor) -> Optional[str]:
-    """Why ``load_state_dict`` would not copy ``got`` into ``want`` as plain values, or None.
+def _entry_problem(key: str, got: Any, want: Any) -> Optional[str]:
+    """Why ``load_state_dict`` would not load ``got`` where the module holds ``want`` under
+    ``key``, or None: the description that follows the quoted key (" has shape [3], ...").
 
+    A tensor is compared as ``_tensor_problem`` does; any other value a module saves (a
+    quantized layer's packed weights, its dtype) item by item (``_value_problem``), except
+    extra state, which is the module's own business. The key is not formatted here: the
+    check runs for every entry, the description only for the few a message shows.
+    """
+    if isinstance(want, torch.Tensor):
+        return _tensor_problem("", got, want)
+    if key.endswith(_EXTRA_STATE):
+        return None
+    return _value_problem("", got, want)
+
+
+def _value_problem(where: str, got: Any, want: Any) -> Optional[str]:
+    """Why ``got`` is not the same kind of value as ``want``: tuples and lists item by item
+    (what a packed weight unpacks to), tensors by kind, shape and dtype, a dtype by equality,
+    anything else by type. ``where`` is the item's index path ("[0]"), the description's
+    start; ``want`` comes from the module, so the recursion is only as deep as its value."""
+    if isinstance(want, torch.Tensor):
+        return _tensor_problem(where, got, want)
+    if isinstance(want, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(want):
+            return f"{where} is {_kind(got)}, the plan builds a sequence of {len(want)}"
+        for index, (got_item, want_item) in enumerate(zip(got, want)):
+            problem = _value_problem(f"{where}[{index}]", got_item, want_item)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(want, torch.dtype):
+        return None if got == want else f"{where} is {_kind(got)}, the plan builds {_dtype(want)}"
+    if type(got) is not type(want):
+        return f"{where} is {_kind(got)}, the plan builds {_kind(want)}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    """A saved value named briefly for a message: its dtype, its length or its type."""
+    if isinstance(value, torch.dtype):
+        return _dtype(value)
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return "None" if value is None else type(value).__name__
+
+
+def _tensor_problem(where: str, got: Any, want: torch.Tensor) -> Optional[str]:
+    """Why ``load_state_dict`` would not copy ``got`` into ``want`` as values, or None.
+
+    A quantized tensor fits only where the module holds one with the same quantization scheme.
     Checked in an order that never calls a method on an unsupported kind of tensor (a nested
     tensor has no ``shape``); every test reads metadata only, never the values.
     """
     if not isinstance(got, torch.Tensor):
-        return f"{key!r} is {type(got).__name__}, not a tensor"
+        return f"{where} is {type(got).__name__}, not a tensor"
     if type(got) not in (torch.Tensor, nn.Parameter, type(want)):
-        return f"{key!r} is a {type(got).__qualname__}, a tensor subclass, not a plain tensor"
+        return f"{where} is a {type(got).__qualname__}, a tensor subclass, not a plain tensor"
     if got.is_nested:
-        return f"{key!r} is a nested tensor, not a dense one"
+        return f"{where} is a nested tensor, not a dense one"
     if got.layout is not torch.strided:
-        return f"{key!r} has layout {str(got.layout).removeprefix('torch.')}, not a dense (strided) tensor"
-    if got.is_quantized:
-        return f"{key!r} is a quantized tensor ({_dtype(got.dtype)})"
+        return f"{where} has layout {str(got.layout).removeprefix('torch.')}, not a dense (strided) tensor"
+    if got.is_quantized and not want.is_quantized:
+        return f"{where} is a quantized tensor ({_dtype(got.dtype)})"
+    if want.is_quantized and not got.is_quantized:
+        return f"{where} is a plain tensor, the plan builds a quantized one ({_dtype(want.dtype)})"
     if tuple(got.shape) != tuple(want.shape):
-        return f"{key!r} has shape {list(got.shape)}, the plan builds {list(want.shape)}"
+        return f"{where} has shape {list(got.shape)}, the plan builds {list(want.shape)}"
     if got.dtype != want.dtype:
-        return f"{key!r} has dtype {_dtype(got.dtype)}, the plan builds {_dtype(want.dtype)} (nothing is cast silently)"
+        return f"{where} has dtype {_dtype(got.dtype)}, the plan builds {_dtype(want.dtype)} (nothing is cast silently)"
+    if want.is_quantized and _quantization(got) != _quantization(want):
+        return (f"{where} is quantized {_quantization(got)}, the plan builds {_quantization(want)}")
     if got.device.type == "meta":
-        return f"{key!r} is a meta tensor and holds no values"
+        return f"{where} is a meta tensor and holds no values"
     return None
+
+
+def _quantization(tensor: torch.Tensor) -> str:
+    """A quantized tensor's scheme, with its channel axis where it has one."""
+    scheme = str(tensor.qscheme()).removeprefix("torch.")
+    if tensor.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric,
+                            torch.per_channel_affine_float_qparams):
+        return f"{scheme} on axis {tensor.q_per_channel_axis()}"
+    return scheme
 
 
 def _plan(saved: Any, registry: Registry, limits, checked) -> ResolvedPlan:
@@ -269,14 +380,69 @@ def _version_drift(module: nn.Module, versions: Mapping[str, int], keys: list[st
     else None."""
     if not versions:
         return None
-    current = {name: getattr(type(sub), "_version", 1) for name, sub in module.named_modules()}
+    current = _built_versions(module)
+    longest = max(map(len, current))
     for key in keys:
-        parts = key.split(".")[:-1]
-        for end in range(len(parts), -1, -1):
-            prefix = ".".join(parts[:end])
-            if prefix not in current:
-                continue
+        for prefix in _module_prefixes(key, current, longest):
             saved = versions.get(prefix)
             if saved is not None and saved != current[prefix]:
                 return prefix, saved, current[prefix]
     return None
+
+
+def _module_prefixes(key: str, names: Mapping[str, Any], longest: int) -> list[str]:
+    """The dotted prefixes of ``key`` that name a module, innermost first, the root last.
+
+    Only the first ``longest`` characters can hold a module name, so a hostile key of a
+    million dots costs one bounded scan, not a join per dot.
+    """
+    head = key[:longest + 1]
+    ends = [index for index, character in enumerate(head) if character == "."]
+    return [prefix for prefix in (*(key[:end] for end in reversed(ends)), "") if prefix in names]
+
+
+def _built_versions(module: nn.Module) -> dict[str, int]:
+    """``{module prefix: version}`` for every module under ``module``: the ``_version`` its class builds."""
+    return {name: getattr(type(sub), "_version", 1) for name, sub in module.named_modules()}
+
+
+def _loading_versions(module: nn.Module, versions: Mapping[str, int]) -> dict[str, int]:
+    """The module versions torch's loaders are given: the state's own where it names one,
+    else the version the module builds, whose layout ``check_state`` compared the entries with.
+
+    A state without metadata (a plain dict) would otherwise read as version None, which
+    versioned loaders take for their oldest layout (a quantized linear layer then looks for
+    ``weight`` and ``bias`` entries the current layout does not have).
+    """
+    return {name: versions.get(name, current) for name, current in _built_versions(module).items()}
+
+
+def _check_loader_versions(module: nn.Module, versions: Mapping[str, int]) -> None:
+    """E_STATE_VERSION, before anything loads, where the state names a version other than the
+    built one for a module that reads its version when loading (its own ``_load_from_state_dict``
+    or a load pre-hook): the entries fit the built layout, so that loader would take them for
+    another layout and fail partway through the load, or misread them."""
+    if not versions:
+        return
+    for name, sub in module.named_modules():
+        saved, current = versions.get(name), getattr(type(sub), "_version", 1)
+        if saved is None or saved == current or not _reads_its_version(sub):
+            continue
+        raise HNDLError(
+            "E_STATE_VERSION",
+            f"the state's metadata says {shown(name or 'the module')} was written by module version {saved}, but its "
+            f"entries have the layout of version {current}, which this implementation builds; "
+            f"{type(sub).__qualname__} reads version {saved} states in another layout, so they cannot be loaded",
+            node=_node_of(name + "."),
+            field="state_dict._metadata",
+            remedies=("Pass the state dictionary exactly as module.state_dict() returned it, metadata included; "
+                      "if its entries were written by this implementation, drop the stale "
+                      f"state_dict._metadata[{shown(name)}] entry.",),
+        )
+
+
+def _reads_its_version(module: nn.Module) -> bool:
+    """Whether loading ``module`` depends on the saved version: its class has its own loader or
+    it has load pre-hooks (``nn.Module``'s own loader reads no version)."""
+    return (type(module)._load_from_state_dict is not nn.Module._load_from_state_dict
+            or bool(module._load_state_dict_pre_hooks))

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional
 
 from torch import nn
 
+from ..errors import MAX_NAME_CHARS, echo
 from .torch_edits import Tolerance, tolerance
 
 
@@ -50,6 +51,11 @@ def record_state(container: nn.Module, node_of: Mapping[str, str]) -> tuple:
     return tuple(entries)
 
 
+def _slot(path: str, name: str) -> str:
+    """A slot's dotted name as a message shows it: escaped, and cut if a host registered a huge name."""
+    return echo(f"{path}.{name}", MAX_NAME_CHARS)
+
+
 def _slot_difference(path: str, kind: str, recorded: tuple, current: Mapping[str, Any],
                      taken: frozenset = frozenset(), added: frozenset = frozenset()) -> Optional[str]:
     """How ``current`` differs from ``recorded``; ``taken`` may be absent and ``added`` may be new
@@ -66,15 +72,15 @@ def _slot_difference(path: str, kind: str, recorded: tuple, current: Mapping[str
         if name not in current:
             if present and name in taken:
                 continue
-            return f"{kind} '{path}.{name}' was removed"
+            return f"{kind} '{_slot(path, name)}' was removed"
         value = current[name]
         if present and value is None:
-            return f"{kind} '{path}.{name}' was set to None"
+            return f"{kind} '{_slot(path, name)}' was set to None"
         if not present and value is not None:
-            return f"{kind} '{path}.{name}' was filled in (it was None at build)"
+            return f"{kind} '{_slot(path, name)}' was filled in (it was None at build)"
     for name in current:
         if name not in names and name not in added:
-            return f"{kind} '{path}.{name}' was added"
+            return f"{kind} '{_slot(path, name)}' was added"
     return None
 
 
@@ -93,17 +99,17 @@ def _children_difference(path: str, recorded: tuple, current: Mapping[str, Any],
         if value is child:
             continue
         if value is _MISSING:
-            return name, f"submodule '{path}.{name}' was removed"
+            return name, f"submodule '{_slot(path, name)}' was removed"
         if child is None:
-            return name, f"submodule '{path}.{name}' was filled in with {type(value).__name__} (it was None at build)"
+            return name, f"submodule '{_slot(path, name)}' was filled in with {type(value).__name__} (it was None at build)"
         if value is None:
-            return name, f"submodule '{path}.{name}' was set to None (it was {type(child).__name__} at build)"
+            return name, f"submodule '{_slot(path, name)}' was set to None (it was {type(child).__name__} at build)"
         other = "another " if type(value) is type(child) else ""
-        return name, f"submodule '{path}.{name}' was replaced with {other}{type(value).__name__} (it was {type(child).__name__} at build)"
+        return name, f"submodule '{_slot(path, name)}' was replaced with {other}{type(value).__name__} (it was {type(child).__name__} at build)"
     for name, value in current.items():
         if name not in names and name not in added:
             added_type = "None" if value is None else type(value).__name__
-            return name, f"submodule '{path}.{name}' was added ({added_type})"
+            return name, f"submodule '{_slot(path, name)}' was added ({added_type})"
     return None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 from torch import nn
@@ -173,3 +174,97 @@ def test_a_plan_too_large_to_save_is_refused_at_resolution():
     text = plan.to_json()
     assert 14 * 2**20 < len(text.encode("utf-8")) <= MAX_PLAN_BYTES
     assert ResolvedPlan.from_json(text, registry=registry).to_json() == text
+
+
+# -- issue 29, item 8: max_nodes is counted before the format, digest and rebuild passes -------------------
+def _restored(text, **limits):
+    return ResolvedPlan.from_json(text, registry=REGISTRY, limits=limits or None)
+
+
+def _node_flood(record: dict) -> dict:
+    record["nodes"] = [0] * len(record["nodes"])  # not even node objects
+    return record
+
+
+def _stale(record: dict) -> dict:
+    record["digests"]["semantic"] = "sha256:" + "0" * 64
+    return record
+
+
+@pytest.mark.parametrize("edit", [None, _stale, _node_flood], ids=["re-signed", "stale digests", "no node objects"])
+def test_more_nodes_than_max_nodes_are_refused_before_the_format_and_digests_are_read(edit):
+    """A re-signed 48,000-node plan took 2-3 s to refuse: every node's format, both digests
+    and the rebuild ran before revalidation counted the nodes. A plan of three nodes under
+    max_nodes=2 shows the order: E_RESOURCE on the node list, whatever else is wrong."""
+    record = json.loads(resolved(MLP).to_json())
+    assert len(record["nodes"]) == 3
+    text = canonical(edit(record)).decode("utf-8") if edit else resolved(MLP).to_json()
+    with pytest.raises(HNDLError) as caught:
+        _restored(text, max_nodes=2)
+    error = caught.value
+    assert error.code == "E_RESOURCE" and error.location.field == "nodes"
+    assert error.message == "the saved plan has 3 nodes, above max_nodes=2"
+    assert "limits['max_nodes']" in error.remedies[0]
+
+
+def test_a_plan_of_exactly_max_nodes_nodes_restores():
+    text = resolved(MLP).to_json()
+    assert _restored(text, max_nodes=3).to_json() == text
+
+
+# -- issue 29, items 11 and 12: every echoed name is bounded and escaped ---------------------------------------
+HUGE = "q" * 2**20
+OSC52 = "\x1b]52;c;aGVsbG8=\x07"
+
+
+def _first_node(record: dict) -> dict:
+    return record["nodes"][0]
+
+
+def _edit(change):
+    """The plan's record after ``change``, re-signed, so only the check it aims at can refuse it."""
+    record = json.loads(resolved(MLP).to_json())
+    change(record)
+    return resign(record)
+
+
+HOSTILE = {
+    "a megabyte identity": (lambda r: _first_node(r).update(op=HUGE + "@1"), "E_STATE_VERSION"),
+    "a megabyte field": (lambda r: r.update({HUGE: 1}), "E_SCHEMA"),
+    "a megabyte node field": (lambda r: _first_node(r).update({HUGE: 1}), "E_SCHEMA"),
+    "a megabyte argument name": (lambda r: _first_node(r)["args"].update({HUGE: 1}), "E_INTEGRITY"),
+    "a megabyte node id": (lambda r: _first_node(r).update(id=HUGE, op="linear"), "E_SCHEMA"),
+    "a megabyte id saved twice": (lambda r: [node.update(id=HUGE) for node in r["nodes"]], "E_INTEGRITY"),
+    "a megabyte dtype": (lambda r: r.update(dtype=HUGE), "E_SCHEMA"),
+    "a megabyte reference": (lambda r: r.update(output_ref=HUGE, inputs=[{"name": "x", "shape": ["B", 128],
+                                                                           "dtype": "float32"}],
+                                                outputs=[{"name": "y", "ref": HUGE, "shape": ["B", 10]}]),
+                             "E_SCHEMA"),
+    "twenty thousand fields": (lambda r: r.update({f"f{index:05d}": 0 for index in range(20_000)}), "E_SCHEMA"),
+    "twenty thousand arguments": (lambda r: _first_node(r)["args"].update({f"a{index:05d}": 0 for index in range(20_000)}),
+                                  "E_INTEGRITY"),
+    "a terminal escape in a field": (lambda r: r.update({OSC52: 1}), "E_SCHEMA"),
+    "a terminal escape in a node field": (lambda r: _first_node(r).update({OSC52: 1}), "E_SCHEMA"),
+    "a terminal escape in an identity": (lambda r: _first_node(r).update(op=OSC52 + "@1"), "E_STATE_VERSION"),
+}
+
+
+def _has_controls(text: str) -> bool:
+    return any((ord(character) < 0x20 and character != "\n") or 0x7f <= ord(character) < 0xa0 for character in text)
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_hostile_names_in_a_plan_are_echoed_bounded_and_escaped(kind):
+    """A 1 MB identity, field or argument name made a 1 MB error; 20,000 unexpected names a
+    list as long; an OSC 52 sequence (a clipboard write) in a field name reached the terminal."""
+    change, code = HOSTILE[kind]
+    error = refused(_edit(change), code)
+    text = str(error)
+    assert len(text) < 2_000, len(text)
+    assert not _has_controls(text)
+    if "megabyte" in kind:  # the name is cut, and its length said
+        assert re.search(r"\.\.\. \(10485[78]\d characters\)", text)
+    if "thousand" in kind:  # the list is cut between items, and the rest counted
+        assert re.search(r", a?f?\d{5}, \.\.\. and 1998\d more", error.message)
+    if "escape" in kind:
+        assert "\\x1b]52;c;aGVsbG8=\\x07" in error.message

@@ -314,6 +314,24 @@ def test_hooked_mutations_after_validation_are_e_runtime_on_every_call(mutate, w
         assert caught.value.code == "E_RUNTIME" and what in caught.value.message, caught.value
 
 
+@pytest.mark.parametrize("name", ["g" * 2**20, "ghost\x1b]52;c;aGVsbG8=\x07"], ids=["a megabyte", "osc 52"])
+def test_a_buffer_registered_under_a_hostile_name_is_named_bounded_and_escaped(name):
+    """Issue 29, items 11 and 12: the state difference echoed the registered name whole and raw."""
+    model = mlp()
+    x = torch.randn(3, 4)
+    model(x=x)
+    model.nodes.n_head.register_buffer(name, torch.zeros(3))
+    with pytest.raises(HNDLError) as caught:
+        model(x=x)
+    text = str(caught.value)
+    assert caught.value.code == "E_RUNTIME" and "' was added" in caught.value.message
+    if name.startswith("ghost"):
+        assert "buffer 'nodes.n_head.ghost\\x1b]52;c;aGVsbG8=\\x07' was added" in text
+    else:
+        assert f"... ({len(name) + len('nodes.n_head.')} characters)' was added" in text
+    assert "\x1b" not in text and "\x07" not in text and len(text) < 1_000
+
+
 def test_a_deleted_parameter_raises_its_own_error_with_a_state_note_then_e_runtime_on_revalidation():
     model = mlp()
     x = torch.randn(3, 4)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import pytest
 import torch
@@ -588,3 +589,226 @@ def test_a_loader_option_in_the_metadata_is_not_the_datas_to_choose(saved):
     load_state(live, state)
     assert all(parameter is parameters[name] for name, parameter in live.named_parameters())
     assert same_state(live, model.state_dict())
+
+
+# -- quantized layers (issue 29, item 10) ----------------------------------------------------------------------
+QUANTIZED = "linear(32)\nrelu()\nlinear(16)\nrelu()\nlinear()"
+QUANTIZED_CONTRACT = {"input_shape": ("B", 12), "output_shape": ("B", 5)}
+
+
+def _quantized(seed, source=QUANTIZED, contract=QUANTIZED_CONTRACT):
+    """A built network whose linear layers ``quantize_dynamic`` replaced: their state is
+    ``scale``, ``zero_point``, ``_packed_params.dtype`` and ``_packed_params._packed_params``
+    (the packed weight and bias, saved as the (qint8 weight, float bias) they unpack to)."""
+    plan = hndl.resolve(source, **contract)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization announces its deprecation
+        return torch.ao.quantization.quantize_dynamic(build(plan, device="cpu", initialization_seed=seed),
+                                                      {nn.Linear}, dtype=torch.qint8)
+
+
+def _values(module):
+    """Every value of ``module``'s state, the packed weights unpacked, as comparable plain data."""
+    def plain(value):
+        if isinstance(value, torch.Tensor):
+            value = value.dequantize() if value.is_quantized else value
+            return value.detach().clone()
+        if isinstance(value, (tuple, list)):
+            return tuple(plain(item) for item in value)
+        return value
+
+    return {key: plain(value) for key, value in module.state_dict().items()}
+
+
+def _same_values(first, second):
+    def same(a, b):
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and torch.equal(a, b)
+        if isinstance(a, tuple):
+            return isinstance(b, tuple) and len(a) == len(b) and all(map(same, a, b))
+        return a == b
+
+    return first.keys() == second.keys() and all(same(first[key], second[key]) for key in first)
+
+
+def _load_quietly(live, state):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        load_state(live, state)
+
+
+def test_a_quantized_state_loads_with_its_metadata_and_as_a_plain_dict():
+    """Without metadata torch reads every module as version None, the oldest layout: a
+    quantized linear layer then looked for ``weight`` and raised KeyError after n0 was copied."""
+    source = _quantized(seed=1)
+    assert "nodes.n_n0._packed_params._packed_params" in source.state_dict()
+    for state in (source.state_dict(), dict(source.state_dict())):
+        live = _quantized(seed=2)
+        assert not _same_values(_values(live), _values(source))
+        _load_quietly(live, state)
+        assert _same_values(_values(live), _values(source))
+        x = torch.randn(3, 12)
+        assert torch.equal(live(x=x)["output"], source(x=x)["output"])
+
+
+@pytest.mark.parametrize("prefix", ["nodes.n_n2", "nodes.n_n4", "nodes.n_n4._packed_params"])
+@pytest.mark.parametrize("version", [1, 2, 9])
+def test_a_quantized_layer_saved_at_another_version_is_refused_before_anything_is_loaded(prefix, version):
+    """``_metadata["nodes.n_n4"] = {"version": 1}`` made torch's quantized loader look for the
+    version 1 layout's ``weight`` entry (KeyError) after n0's weights were copied."""
+    live = _quantized(seed=2)
+    before = _values(live)
+    state = _quantized(seed=1).state_dict()
+    state._metadata[prefix] = {"version": version}
+    with raises("E_STATE_VERSION") as error:
+        _load_quietly(live, state)
+    assert error.value.location.field == "state_dict._metadata"
+    assert error.value.location.node == prefix.split(".")[1].removeprefix("n_")
+    assert f"'{prefix}' was written by module version {version}" in error.value.message
+    assert _same_values(_values(live), before)
+
+
+def _packed(state, key="nodes.n_n4._packed_params._packed_params"):
+    return state, key, state[key]
+
+
+def _repacked(kind, state):
+    """``state`` with the last linear layer's packed weights replaced as ``kind`` says."""
+    state, key, (weight, bias) = _packed(state)
+    if kind == "wider weight":
+        other = _quantized(seed=1, contract={"input_shape": ("B", 12), "output_shape": ("B", 7)})
+        state[key] = other.state_dict()[key]
+    elif kind == "bias shape":
+        state[key] = (weight, torch.zeros(6))
+    elif kind == "bias dtype":
+        state[key] = (weight, bias.double())
+    elif kind == "no bias":
+        state[key] = (weight, None)
+    elif kind == "float weight":
+        state[key] = (weight.dequantize(), bias)
+    elif kind == "per-channel weight":
+        scales, zeros = torch.full((5,), 0.1, dtype=torch.double), torch.zeros(5, dtype=torch.long)
+        state[key] = (torch.quantize_per_channel(weight.dequantize(), scales, zeros, 0, torch.qint8), bias)
+    elif kind == "one item":
+        state[key] = (weight,)
+    elif kind == "not a tuple":
+        state[key] = weight
+    elif kind == "packed dtype":
+        state["nodes.n_n4._packed_params.dtype"] = torch.float16
+    else:
+        raise AssertionError(kind)
+    return state
+
+
+REPACKED = {
+    "wider weight": "[0] has shape [7, 16], the plan builds [5, 16]",
+    "bias shape": "[1] has shape [6], the plan builds [5]",
+    "bias dtype": "[1] has dtype float64, the plan builds float32 (nothing is cast silently)",
+    "no bias": "[1] is NoneType, not a tensor",
+    "float weight": "[0] is a plain tensor, the plan builds a quantized one (qint8)",
+    "per-channel weight": "[0] is quantized per_channel_affine on axis 0, the plan builds per_tensor_affine",
+    "one item": " is a tuple of 1, the plan builds a sequence of 2",
+    "not a tuple": " is Tensor, the plan builds a sequence of 2",
+    "packed dtype": " is float16, the plan builds qint8",
+}
+
+
+@pytest.mark.parametrize("kind", list(REPACKED))
+def test_quantized_packed_weights_that_do_not_fit_are_e_integrity_before_anything_is_loaded(kind):
+    """A wrong-shaped ``_packed_params`` used to load, and the next call failed in torch."""
+    live = _quantized(seed=2)
+    before = _values(live)
+    state = _repacked(kind, _quantized(seed=1).state_dict())
+    with raises("E_INTEGRITY") as error:
+        _load_quietly(live, state)
+    key = "nodes.n_n4._packed_params.dtype" if kind == "packed dtype" else "nodes.n_n4._packed_params._packed_params"
+    assert error.value.chain == (f"'{key}'{REPACKED[kind]}",)
+    assert error.value.location.node == "n4"
+    assert _same_values(_values(live), before)
+
+
+def test_a_quantized_weight_where_the_plan_builds_a_quantized_one_fits_only_with_its_scheme():
+    """Quantized entries are compared, not refused outright, where the module holds one too."""
+    live = _quantized(seed=2)
+    state = _quantized(seed=1).state_dict()
+    state["nodes.n_n0.scale"] = torch.quantize_per_tensor(state["nodes.n_n0.scale"], 0.1, 0, torch.qint8)
+    with raises("E_INTEGRITY") as error:
+        _load_quietly(live, state)
+    assert error.value.chain == ("'nodes.n_n0.scale' is a quantized tensor (qint8)",)
+
+
+# -- unbounded echoes and terminal escapes in state keys (issue 29, items 11 and 12) ------------------------------
+OSC52 = "\x1b]52;c;aGVsbG8=\x07"
+
+
+def _without_controls(text):
+    return not any(ord(character) < 0x20 and character != "\n" or 0x7f <= ord(character) < 0xa0
+                   for character in text)
+
+
+def test_a_megabyte_state_key_gives_a_short_error(saved):
+    plan, model, _ = saved
+    live = build(plan, device="cpu")
+    state = {**model.state_dict(), "k" * 2**20: torch.zeros(1)}
+    with raises("E_INTEGRITY") as error:
+        load_state(live, state)
+    text = str(error.value)
+    assert len(text) < 2_000  # was 3 MB: the key in the message, the chain and the field
+    assert f"({2**20} characters)" in error.value.message
+
+
+def test_twenty_thousand_unexpected_state_keys_are_counted_not_listed(saved):
+    plan, model, _ = saved
+    live = build(plan, device="cpu")
+    before = snapshot(live)
+    state = {**model.state_dict(), **{f"nodes.n_extra{index:05d}.weight": torch.zeros(1) for index in range(20_000)}}
+    with raises("E_INTEGRITY") as error:
+        load_state(live, state)
+    message, chain = error.value.message, error.value.chain
+    assert message.startswith("the state dictionary does not match the plan (20000 problem(s)): "
+                              "unexpected entry 'nodes.n_extra00000.weight'; ")
+    assert message.endswith("; ... and 19992 more")
+    assert len(chain) == 21 and chain[-1] == "... and 19980 more problem(s)"
+    assert chain[:2] == ("unexpected entry 'nodes.n_extra00000.weight'", "unexpected entry 'nodes.n_extra00001.weight'")
+    assert len(str(error.value)) < 5_000  # was 2.7 MB
+    assert same_state(live, before)
+
+
+def test_a_state_key_of_a_million_dots_is_refused_without_a_join_per_dot(saved):
+    """The version lookup joined the key's parts once per dot: quadratic in the key."""
+    plan, model, _ = saved
+    state = model.state_dict()
+    state["nodes" + "." * 2**20 + "weight"] = torch.zeros(1)
+    state._metadata["nodes.n_n0"] = {"version": 1}
+    with raises("E_INTEGRITY") as error:
+        check_state(build(plan, device="cpu"), state)
+    assert len(str(error.value)) < 2_000
+
+
+@pytest.mark.parametrize("where", ["unexpected", "shape"])
+def test_a_state_key_holding_a_terminal_escape_is_shown_escaped(saved, where):
+    """An OSC 52 sequence (a clipboard write) in a key landed raw in ``(field ...)``."""
+    plan, model, _ = saved
+    live = build(plan, device="cpu")
+    state = dict(model.state_dict())
+    if where == "unexpected":
+        state[f"nodes.n_n0.{OSC52}"] = torch.zeros(1)
+    else:
+        live.nodes.n_n0.register_buffer(OSC52, torch.zeros(2))
+        state[f"nodes.n_n0.{OSC52}"] = torch.zeros(3)
+    with raises("E_INTEGRITY") as error:
+        load_state(live, state)
+    text = str(error.value)
+    assert _without_controls(text)
+    assert "\\x1b]52;c;aGVsbG8=\\x07" in error.value.message
+    assert error.value.location.field == "nodes.n_n0.\\x1b]52;c;aGVsbG8=\\x07"
+
+
+def test_a_metadata_prefix_holding_a_terminal_escape_or_a_megabyte_is_shown_escaped_and_bounded(saved):
+    plan, model, _ = saved
+    for prefix in (OSC52, "p" * 2**20):
+        state = model.state_dict()
+        state._metadata = {prefix: {"version": "1"}}
+        with raises("E_SCHEMA") as error:
+            check_state(build(plan, device="cpu"), state)
+        assert _without_controls(str(error.value)) and len(str(error.value)) < 2_000
