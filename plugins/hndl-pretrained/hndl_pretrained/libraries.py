@@ -9,14 +9,19 @@ how to run the model for the selected ``output=``.
 Nothing in a checkpoint runs as code: transformers is never asked to trust remote code and
 reads only safetensors; timm builds only architectures it registers itself; a provider is a
 builder the host registered on its registry. Nothing in a checkpoint chooses another file to
-load either: configuration keys that would make a library load a file, fetch from the Hub or
-import code (:data:`TIMM_REFUSED`, :data:`TRANSFORMERS_REFUSED`) are refused, and the fields
-HNDL reads itself are type-checked, so a malformed one is E_PRETRAINED, never a TypeError.
-Weights reach the libraries only as tensors already read and verified (``sources.Checkpoint``).
+load either: config.json is read through an allowlist per route (:func:`transformers_config`,
+:func:`parse_timm_config`), so a key a route does not need (one that would make a library load
+a file, fetch from the Hub or import code included) is E_PRETRAINED naming the key to remove;
+attention is pinned to torch's own (:data:`TORCH_ATTENTION`); a timm architecture is a bare
+registered name (never ``hf-hub:`` or ``local-dir:``), wherever it appears. The fields HNDL reads
+itself are type-checked, so a malformed one is E_PRETRAINED, never a TypeError. Weights reach
+the libraries only as tensors already read and verified (``sources.Checkpoint``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 from typing import Any, Callable, Mapping, Optional
 
@@ -25,7 +30,7 @@ from torch import nn
 
 from hndl import HNDLError
 
-from .sources import Checkpoint, Source, fail, load_state_dict_file, require
+from .sources import Checkpoint, Source, fail, require
 
 #: Named outputs (§9); anything else names a raw attribute of a transformers output.
 NAMED_OUTPUTS = ("features", "pooled", "logits", "embeds")
@@ -37,23 +42,37 @@ _INPUT_NAME = {"vision": "pixel_values", "text": "input_ids"}
 _KIND_OF_INPUT = {"input_ids": "text", "pixel_values": "vision"}
 _LISTED = 64
 
-#: timm ``pretrained_cfg`` keys that name weights to fetch or a loader to run (refused when set).
-TIMM_REFUSED_CFG = ("hf_hub_id", "hf_hub_filename", "url", "file", "source", "state_dict", "custom_load")
-#: timm ``model_args`` keys that make ``create_model`` load a file or look up another configuration.
-TIMM_REFUSED_ARGS = ("checkpoint_path", "pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "cache_dir",
-                     "pretrained_strict")
-TIMM_REFUSED = tuple(f"pretrained_cfg.{key}" for key in TIMM_REFUSED_CFG) + tuple(
-    f"model_args.{key}" for key in TIMM_REFUSED_ARGS)
-#: transformers configuration keys (at any nesting depth) that make it load weights, code or another
-#: configuration: why each one is refused.
-TRANSFORMERS_REFUSED = {
-    "use_pretrained_backbone": "loads pretrained backbone weights from another checkpoint",
-    "quantization_config": "imports and runs a quantization backend while loading",
-    "backbone": "names a Hub repository or directory whose configuration is loaded (unless a backbone_config "
-                "is given, or it is a timm architecture name inside a timm_backbone configuration)",
-    "attn_implementation": "a Hub kernel reference (owner/repo) downloads and imports kernel code",
-    "_attn_implementation": "a Hub kernel reference (owner/repo) downloads and imports kernel code",
-}
+# -- what config.json may hold: an allowlist per route --------------------------------------------------------
+#: The top-level keys of a timm config.json (timm's hub format): ``architecture``, ``pretrained_cfg`` and
+#: ``model_args`` are checked key by key; ``num_classes`` sets the classifier; the rest is metadata.
+TIMM_KEYS = ("architecture", "num_classes", "num_features", "global_pool", "pretrained_cfg", "model_args",
+             "label_names", "label_descriptions")
+#: timm ``PretrainedCfg`` fields that say where weights come from: not accepted (the source's own files are
+#: the weights). Every other field of timm's ``PretrainedCfg`` is (``custom_load`` only when false).
+TIMM_WEIGHT_LOCATIONS = ("url", "file", "state_dict", "hf_hub_id", "hf_hub_filename", "source")
+#: Arguments ``create_model`` and ``build_model_with_cfg`` consume to load, look up or place a model: never
+#: accepted in ``model_args``, even where a model class names one of them (the loader takes them first).
+TIMM_LOADER_ARGUMENTS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path", "cache_dir",
+                         "pretrained_strict", "pretrained_filter_fn", "pretrained_model_args", "kwargs_filter",
+                         "model_cfg", "feature_cfg", "features_only", "feature_cls", "out_indices", "pruned",
+                         "scriptable", "exportable", "no_jit", "device", "dtype")
+#: Attention implemented by torch itself: the model's own code (eager) or scaled_dot_product_attention (sdpa).
+#: Every other choice (flash_attention_*, flex_attention, paged|..., a Hub kernel owner/repo) can import a
+#: package or download and import compiled kernel code.
+TORCH_ATTENTION = ("eager", "sdpa")
+ATTENTION_KEYS = ("attn_implementation", "_attn_implementation")
+#: Keys any transformers configuration may carry besides its own (which its class defines), passed on.
+TRANSFORMERS_GENERIC = ("model_type", "architectures", "dtype", "torch_dtype", "id2label", "label2id", "num_labels",
+                        "problem_type", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+                        "decoder_start_token_id", "tie_word_embeddings", "is_encoder_decoder", "is_decoder",
+                        "add_cross_attention", "chunk_size_feed_forward", "use_cache", *ATTENTION_KEYS)
+#: Metadata keys tolerated and dropped: they never reach transformers (nor do generation settings, the keys
+#: of transformers' GenerationConfig).
+TRANSFORMERS_METADATA = ("transformers_version", "_name_or_path", "_commit_hash", "auto_map", "task_specific_params",
+                         "finetuning_task", "tokenizer_class", "prefix", "output_attentions", "output_hidden_states",
+                         "return_dict", "torchscript", "use_bfloat16")
+#: Own keys of a transformers configuration that name a timm model: each is checked as the timm route would.
+TIMM_REFERENCES = ("architecture", "backbone")
 
 
 def listing(names, limit: int = _LISTED) -> str:
@@ -95,6 +114,11 @@ class Adapter:
     native_input: Optional[tuple[int, ...]] = None
     max_length: Optional[int] = None
 
+    def state_key(self) -> Any:
+        """What the architecture ``construct()`` builds depends on: the adapter itself (for a provider,
+        its source and builder)."""
+        return self
+
 
 # -- transformers -------------------------------------------------------------------------------------
 class TransformersAdapter(Adapter):
@@ -110,9 +134,9 @@ class TransformersAdapter(Adapter):
         if not isinstance(model_type, str) or model_type not in mapping:
             raise fail(f"{label}: transformers {transformers.__version__} does not know model_type {model_type!r}",
                        "Upgrade transformers, or use a checkpoint of a model type it ships (remote code never runs).")
-        refuse_transformers_keys(config, label)
+        allowed = transformers_config(config, mapping[model_type], label)
         try:
-            self.config = mapping[model_type].from_dict(dict(config))
+            self.config = mapping[model_type].from_dict(allowed)
         except Exception as error:
             raise fail(f"{label}: config.json is not a valid {model_type} configuration: "
                        f"{type(error).__name__}: {error}") from None
@@ -130,6 +154,8 @@ class TransformersAdapter(Adapter):
             raise fail(f"{label}: this {model_type} checkpoint is multi-modal; pick one tower with "
                        f"component=\"vision\" or component=\"text\"", field="component")
         self.model_class = self._model_class(transformers, model_type)
+        self.attention = pinned_attention(allowed, self.model_class)
+        self.config._attn_implementation = self.attention  # set on every sub-configuration too
         if not component:
             self.tower_config = self.config
             self.input_name = getattr(self.model_class, "main_input_name", None)
@@ -137,7 +163,13 @@ class TransformersAdapter(Adapter):
         if self.input_kind is None:
             raise fail(f"{label}: {self.model_class.__name__} takes {self.input_name!r}; the pretrained operator "
                        "supports token-id (input_ids) and image (pixel_values) models")
-        if self.input_kind == "vision":
+        if self.input_kind == "vision" and _timm_backed(self.tower_config):
+            architecture, pretrained_cfg, model_args = parse_timm_config(
+                {"architecture": self.tower_config.architecture,
+                 "pretrained_cfg": getattr(self.tower_config, "pretrained_cfg", None) or {},
+                 "model_args": self.tower_config.model_args or {}}, label)
+            self.native_input = timm_native_input(architecture, pretrained_cfg, model_args, label)
+        elif self.input_kind == "vision":
             size = getattr(self.tower_config, "image_size", None)
             size = (size, size) if _positive_int(size) else size
             channels = getattr(self.tower_config, "num_channels", 3)
@@ -185,7 +217,16 @@ class TransformersAdapter(Adapter):
         except Exception as error:
             raise fail(f"{self.label}: {self.model_class.__name__} cannot be built from config.json: "
                        f"{type(error).__name__}: {error}") from None
-        return self._drop_other_towers(model.eval())
+        return self._drop_other_towers(self._torch_attention(model).eval())
+
+    def _torch_attention(self, model: nn.Module) -> nn.Module:
+        """The model, once it is sure to run torch's own attention (as pinned) everywhere."""
+        chosen = {getattr(getattr(module, "config", None), "_attn_implementation", None) for module in model.modules()}
+        if not chosen <= {None, *TORCH_ATTENTION}:
+            other = sorted(map(str, chosen - {None, *TORCH_ATTENTION}))
+            raise fail(f"{self.label}: transformers chose attention {other}, not torch's own "
+                       f"({' or '.join(TORCH_ATTENTION)})")
+        return model
 
     def load(self, checkpoint: Checkpoint) -> nn.Module:
         """The model with the verified tensors: from_pretrained gets a state dict, never a path, so
@@ -195,6 +236,7 @@ class TransformersAdapter(Adapter):
                 model, info = self.model_class.from_pretrained(
                     None, config=self.config, state_dict=dict(checkpoint.tensors), dtype=torch.float32,
                     local_files_only=True, use_safetensors=True, trust_remote_code=False, output_loading_info=True,
+                    attn_implementation=self.attention,
                 )
         except Exception as error:
             raise fail(f"{self.label}: transformers cannot load the weights: {type(error).__name__}: {error}") from None
@@ -207,7 +249,7 @@ class TransformersAdapter(Adapter):
             raise fail(f"{self.label}: the checkpoint does not hold every weight of {self.model_class.__name__} "
                        f"({'; '.join(p for p in problems if p)}); nothing is initialised at random",
                        "Select an output the saved model provides (a base checkpoint has no head logits).")
-        return self._drop_other_towers(model.eval())
+        return self._drop_other_towers(self._torch_attention(model).eval())
 
     def run(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         inputs = {self.input_name: x}
@@ -264,43 +306,50 @@ class TransformersAdapter(Adapter):
 
 
 # -- timm ------------------------------------------------------------------------------------------------
-def parse_timm_config(config: Mapping[str, Any], label: str) -> tuple[str, dict, dict]:
+def parse_timm_config(config: Mapping[str, Any], label: str, where: str = "") -> tuple[str, dict, dict]:
     """(architecture, pretrained_cfg, model_args) as timm's own hub loader reads config.json.
 
-    Every field read here is type-checked, and a key that would make timm load a file or look
-    up another configuration (:data:`TIMM_REFUSED`) is refused rather than dropped.
+    The configuration is read through the timm route's allowlist: the top-level keys of
+    :data:`TIMM_KEYS`; ``pretrained_cfg`` keys that timm's ``PretrainedCfg`` defines, except the
+    weight locations (:data:`TIMM_WEIGHT_LOCATIONS`) and a true ``custom_load``; ``model_args``
+    keys the architecture's model classes take (:func:`timm_model_arguments`); and an
+    ``architecture`` that is a bare name timm registers. The fields HNDL reads are type-checked
+    first. Anything else is E_PRETRAINED naming the key to remove (prefixed with ``where``, the
+    position of a configuration nested in another).
     """
     config = dict(config)
     if "pretrained_cfg" not in config:  # the legacy single-dict form
         pretrained_cfg = dict(config)
         config = {"architecture": pretrained_cfg.pop("architecture", None), "pretrained_cfg": pretrained_cfg}
+        for key in ("num_features", "num_classes"):
+            if key in pretrained_cfg:
+                config[key] = pretrained_cfg.pop(key)
         if "labels" in pretrained_cfg:
             pretrained_cfg["label_names"] = pretrained_cfg.pop("labels")
     pretrained_cfg = config.get("pretrained_cfg")
     model_args = config.get("model_args", {})
     if not isinstance(pretrained_cfg, dict) or not isinstance(model_args, dict):
-        raise fail(f"{label}: config.json has a malformed pretrained_cfg or model_args (each must be an object)")
+        raise fail(f"{label}: config.json has a malformed {where}pretrained_cfg or {where}model_args (each must be "
+                   "an object)")
     pretrained_cfg, model_args = dict(pretrained_cfg), dict(model_args)
-    for where, keys, given in (("pretrained_cfg", TIMM_REFUSED_CFG, pretrained_cfg),
-                               ("model_args", TIMM_REFUSED_ARGS, model_args)):
-        for key in keys:
-            if given.get(key) not in (None, False, "", [], {}):
-                raise fail(f"{label}: config.json sets {where}.{key}, which would make timm load another file "
-                           "or configuration; weights come only from the checkpoint source itself",
-                           f"Remove {where}.{key} from config.json.")
-        for key in keys:
-            given.pop(key, None)
-    _check_field(label, "num_classes", config.get("num_classes"), lambda v: _positive_int(v) or v == 0,
-                 "a non-negative int")
-    _check_field(label, "pretrained_cfg.input_size", pretrained_cfg.get("input_size"),
-                 lambda v: _positive_ints(v, 3), "three positive ints (C, H, W)")
-    _check_field(label, "pretrained_cfg.fixed_input_size", pretrained_cfg.get("fixed_input_size"),
-                 lambda v: isinstance(v, bool), "true or false")
-    _check_field(label, "model_args.in_chans", model_args.get("in_chans"), _positive_int, "a positive int")
-    _check_field(label, "model_args.img_size", model_args.get("img_size"),
-                 lambda v: _positive_int(v) or _positive_ints(v, 2), "a positive int or two")
+    _check_timm_fields(config, pretrained_cfg, model_args, label, where)
+    _only_keys(config, TIMM_KEYS, label, where, "the timm route reads")
+    architecture = timm_architecture(config.get("architecture"), label, f"{where}architecture")
+    _only_keys(pretrained_cfg, timm_pretrained_cfg_keys(), label, f"{where}pretrained_cfg.",
+               "timm's PretrainedCfg defines (weight locations excepted)")
+    if pretrained_cfg.get("custom_load") not in (None, False):
+        _refuse(label, f"{where}pretrained_cfg.custom_load", "which would make timm run a model-specific weight loader")
+    _only_keys(model_args, timm_model_arguments(architecture), label, f"{where}model_args.",
+               f"the model classes of timm's {architecture} take (loader and placement arguments excepted)")
     if "num_classes" in config:
         pretrained_cfg["num_classes"] = config["num_classes"]
+    _adjust_input_size(pretrained_cfg, model_args)
+    return architecture, pretrained_cfg, model_args
+
+
+def _adjust_input_size(pretrained_cfg: dict, model_args: Mapping[str, Any]) -> None:
+    """Apply ``model_args``' channels and (for a fixed-size model) image size to ``pretrained_cfg``'s
+    input size, as timm's hub loader does."""
     if model_args.get("in_chans") is not None:
         size = pretrained_cfg.get("input_size") or (3, 224, 224)
         pretrained_cfg["input_size"] = (model_args["in_chans"], *size[1:])
@@ -308,7 +357,76 @@ def parse_timm_config(config: Mapping[str, Any], label: str) -> tuple[str, dict,
         size = model_args["img_size"]
         size = (size, size) if isinstance(size, int) else tuple(size)
         pretrained_cfg["input_size"] = (pretrained_cfg.get("input_size", (3,))[0], *size)
-    return config.get("architecture"), pretrained_cfg, model_args
+
+
+def _check_timm_fields(config: Mapping[str, Any], pretrained_cfg: Mapping[str, Any], model_args: Mapping[str, Any],
+                       label: str, where: str) -> None:
+    """E_PRETRAINED naming the field when one of the timm fields HNDL reads is malformed."""
+    _check_field(label, f"{where}num_classes", config.get("num_classes"), lambda v: _positive_int(v) or v == 0,
+                 "a non-negative int")
+    _check_field(label, f"{where}pretrained_cfg.input_size", pretrained_cfg.get("input_size"),
+                 lambda v: _positive_ints(v, 3), "three positive ints (C, H, W)")
+    _check_field(label, f"{where}pretrained_cfg.fixed_input_size", pretrained_cfg.get("fixed_input_size"),
+                 lambda v: isinstance(v, bool), "true or false")
+    _check_field(label, f"{where}model_args.in_chans", model_args.get("in_chans"), _positive_int, "a positive int")
+    _check_field(label, f"{where}model_args.img_size", model_args.get("img_size"),
+                 lambda v: _positive_int(v) or _positive_ints(v, 2), "a positive int or two")
+
+
+def timm_architecture(value: Any, label: str, name: str) -> str:
+    """``value`` as a timm architecture: a bare name timm registers, never a model source.
+
+    ``hf-hub:owner/repo`` and ``local-dir:/path`` would make timm fetch or read another
+    configuration (and its model_args) instead of the checkpoint's own.
+    """
+    timm = require("timm")
+    if isinstance(value, str) and (":" in value or "/" in value):
+        _refuse(label, name, f"which names a timm model source ({_short(value)}; hf-hub: or local-dir:) that would "
+                             "make timm fetch or read another configuration",
+                f"Set {name} to a bare timm architecture name (such as 'resnet18').")
+    if not isinstance(value, str) or not timm.is_model(value):
+        raise fail(f"{label}: timm {timm.__version__} has no architecture {_short(value)} (config.json field {name})",
+                   "Use an architecture timm registers (timm.list_models()).")
+    return value
+
+
+@functools.lru_cache(maxsize=1)
+def timm_pretrained_cfg_keys() -> frozenset:
+    """The ``pretrained_cfg`` keys accepted: the fields of timm's ``PretrainedCfg`` but the weight locations."""
+    timm_models = require("timm.models")
+    return frozenset(field.name for field in dataclasses.fields(timm_models.PretrainedCfg)) - set(TIMM_WEIGHT_LOCATIONS)
+
+
+@functools.lru_cache(maxsize=256)
+def timm_model_arguments(architecture: str) -> frozenset:
+    """The ``model_args`` keys accepted for ``architecture``: keyword parameters of the model classes in the
+    module that defines its entrypoint (the classes ``create_model`` passes arguments to), less
+    :data:`TIMM_LOADER_ARGUMENTS`."""
+    timm_models = require("timm.models")
+    name = timm_models.split_model_name_tag(architecture)[0]
+    module = inspect.getmodule(timm_models.model_entrypoint(name))
+    keys = set()
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, nn.Module):
+            keys |= keyword_parameters(value)
+    return frozenset(keys - set(TIMM_LOADER_ARGUMENTS))
+
+
+def timm_native_input(architecture: str, pretrained_cfg: Mapping[str, Any], model_args: Mapping[str, Any],
+                      label: str) -> tuple[int, int, int]:
+    """The (C, H, W) a timm model takes: the input size of its ``pretrained_cfg`` (as :func:`parse_timm_config`
+    returns it), else that of timm's default configuration for the architecture under ``model_args``."""
+    size = pretrained_cfg.get("input_size")
+    if size is None:
+        timm_models = require("timm.models")
+        default = timm_models.get_pretrained_cfg(architecture)
+        merged = {**(default.to_dict() if default is not None else {}), **pretrained_cfg}
+        _adjust_input_size(merged, model_args)
+        size = merged.get("input_size")
+    size = tuple(size or ())
+    if len(size) != 3 or not all(_positive_int(v) for v in size):
+        raise fail(f"{label}: config.json gives no usable pretrained_cfg.input_size (C, H, W)")
+    return size
 
 
 def _positive_int(value: Any) -> bool:
@@ -319,33 +437,168 @@ def _positive_ints(value: Any, count: int) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == count and all(map(_positive_int, value))
 
 
+def _short(value: Any) -> str:
+    """``repr`` of a config.json value, cut to a bounded length for a message."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:80] + "..."
+
+
 def _check_field(label: str, name: str, value: Any, valid: Callable[[Any], bool], expected: str) -> None:
     """E_PRETRAINED naming ``name`` when a present (non-null) config.json field is malformed."""
     if value is not None and not valid(value):
-        shown = repr(value)
-        raise fail(f"{label}: config.json field {name} must be {expected}, not "
-                   f"{shown if len(shown) <= 80 else shown[:80] + '...'}", f"Correct {name} in config.json.")
+        raise fail(f"{label}: config.json field {name} must be {expected}, not {_short(value)}",
+                   f"Correct {name} in config.json.")
 
 
-def refuse_transformers_keys(config: Mapping[str, Any], label: str, where: str = "") -> None:
-    """E_PRETRAINED for a :data:`TRANSFORMERS_REFUSED` key anywhere in a transformers config.json."""
+def _refuse(label: str, name: str, why: str, *remedies: str) -> None:
+    """E_PRETRAINED for config.json key ``name``, saying ``why`` ("which ...") and naming the key to remove."""
+    raise fail(f"{label}: config.json sets {name}, {why}; a checkpoint loads nothing beyond its own files",
+               *(remedies or (f"Remove {name} from config.json.",)))
+
+
+def _only_keys(config: Mapping[str, Any], allowed, label: str, where: str, whose: str) -> None:
+    """E_PRETRAINED for the first key of ``config`` outside ``allowed``."""
+    for key in config:
+        if key not in allowed:
+            _refuse(label, f"{where}{key}", f"which is not among the keys {whose}")
+
+
+def keyword_parameters(cls: type) -> set:
+    """The names ``cls(...)`` takes by keyword (``**kwargs`` aside)."""
+    try:
+        parameters = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {parameter.name for parameter in parameters if parameter.name != "self"
+            and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)}
+
+
+# -- transformers: the configuration allowlist and the attention pin ----------------------------------------------
+def transformers_config(config: Mapping[str, Any], config_class: type, label: str, where: str = "") -> dict:
+    """What transformers gets of ``config``: only keys the route reads, each checked.
+
+    Accepted are the keys ``config_class`` defines itself (:func:`own_keys`), the generic keys of
+    :data:`TRANSFORMERS_GENERIC` (attention only as torch's own) and, recursively, nested
+    configurations by their own classes (declared sub-configurations, any object naming a
+    ``model_type``) and per-layer overrides (``per_layer_config``) by ``config_class``. Metadata
+    (:data:`TRANSFORMERS_METADATA`, generation settings) is dropped. A timm-backed class (one
+    defining ``architecture`` and ``model_args``, as timm_wrapper does) takes the timm route's keys
+    under the timm route's checks; an own ``backbone`` must name a bare timm architecture. Anything
+    else is E_PRETRAINED naming the key.
+    """
+    own = own_keys(config_class)
+    timm_backed = {"architecture", "model_args"} <= own
+    if timm_backed:
+        timm_view = {key: config[key] for key in TIMM_KEYS if key in config}
+        timm_view.setdefault("architecture", _default_value(config_class, "architecture"))
+        timm_view["pretrained_cfg"] = timm_view.get("pretrained_cfg") or {}
+        timm_view["model_args"] = timm_view.get("model_args") or {}
+        parse_timm_config(timm_view, label, where)
+    kept = {}
     for key, value in config.items():
         name = f"{where}{key}"
-        if key in TRANSFORMERS_REFUSED and value not in (None, False, "", {}) and not _harmless(key, value, config):
-            raise fail(f"{label}: config.json sets {name}, which {TRANSFORMERS_REFUSED[key]}; a checkpoint loads "
-                       "nothing beyond its own files", f"Remove {name} from config.json.")
-        if isinstance(value, Mapping):
-            refuse_transformers_keys(value, label, f"{name}.")
+        sub_class = _nested_config_class(config_class, key, value, label)
+        if sub_class is not None:
+            kept[key] = transformers_config(value, sub_class, label, f"{name}.")
+        elif key == "per_layer_config" and key in own and isinstance(value, Mapping):
+            kept[key] = {layer: transformers_config(_mapping(overrides, f"{name}.{layer}", label), config_class, label,
+                                                    f"{name}.{layer}.") for layer, overrides in value.items()}
+        elif key in ATTENTION_KEYS:
+            if value is not None and value not in TORCH_ATTENTION:
+                _refuse(label, name, f"which chooses attention {_short(value)} rather than torch's own "
+                                     f"({' or '.join(TORCH_ATTENTION)}): other attention can import a package or "
+                                     "download and import kernel code",
+                        f"Remove {name} from config.json (or set it to \"sdpa\" or \"eager\").")
+            kept[key] = value
+        elif key in own or key in TRANSFORMERS_GENERIC or (timm_backed and key in TIMM_KEYS):
+            if key in TIMM_REFERENCES and key in own and not timm_backed:
+                timm_architecture(value, label, name)
+            kept[key] = value
+        elif key not in TRANSFORMERS_METADATA and key not in generation_keys():
+            _refuse(label, name, f"which {config_class.__name__} does not define and HNDL does not accept (it reads "
+                                 "a configuration's own keys and a few generic ones)")
+    return kept
 
 
-def _harmless(key: str, value: Any, config: Mapping[str, Any]) -> bool:
-    """The refused keys' values that load nothing: built-in attention, a timm name or an unused backbone."""
-    if key in ("attn_implementation", "_attn_implementation"):
-        return isinstance(value, str) and "/" not in value and ":" not in value
-    if key == "backbone":
-        bare = isinstance(value, str) and value.replace("_", "").replace(".", "").replace("-", "").isalnum()
-        return bare and (config.get("model_type") == "timm_backbone" or config.get("backbone_config") is not None)
-    return False
+def pinned_attention(config: Mapping[str, Any], model_class: type) -> str:
+    """The attention the model runs: the configuration's (eager or sdpa, already checked), else sdpa
+    where the model class supports it, else eager. Never transformers' own choice."""
+    requested = next((config[key] for key in ATTENTION_KEYS if config.get(key) is not None), None)
+    if requested is not None:
+        return requested
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+@functools.lru_cache(maxsize=None)
+def own_keys(config_class: type) -> frozenset:
+    """The keys a transformers configuration class defines itself: its constructor's keyword
+    parameters, its default instance's ``to_dict()`` keys and its ``attribute_map`` aliases, less
+    those of the generic ``PretrainedConfig`` (HNDL lists the generic keys it accepts)."""
+    transformers = require("transformers")
+    return frozenset(_class_keys(config_class) - _class_keys(transformers.PretrainedConfig))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_keys(config_class: type) -> frozenset:
+    keys = keyword_parameters(config_class) | set(getattr(config_class, "attribute_map", {}) or {})
+    return frozenset(keys | set(_default_dict(config_class)))
+
+
+@functools.lru_cache(maxsize=None)
+def _default_dict(config_class: type) -> dict:
+    """``config_class().to_dict()``, or {} where a default instance cannot be made."""
+    try:
+        return config_class().to_dict()
+    except Exception:  # a class that needs arguments, or a sub-configuration type transformers lacks
+        return {}
+
+
+def _default_value(config_class: type, key: str) -> Any:
+    return _default_dict(config_class).get(key)
+
+
+@functools.lru_cache(maxsize=1)
+def generation_keys() -> frozenset:
+    """The generation settings older configurations carry (transformers drops them)."""
+    transformers = require("transformers")
+    try:
+        return frozenset(transformers.GenerationConfig().to_dict())
+    except Exception:
+        return frozenset()
+
+
+def _mapping(value: Any, name: str, label: str) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise fail(f"{label}: config.json field {name} must be an object, not {_short(value)}",
+                   f"Correct {name} in config.json.")
+    return value
+
+
+def _nested_config_class(config_class: type, key: str, value: Any, label: str) -> Optional[type]:
+    """The configuration class of the object ``value`` under ``key``: the class ``config_class``
+    declares for a sub-configuration, else the class of the ``model_type`` it names; None when
+    ``value`` is not a nested configuration."""
+    if not isinstance(value, Mapping):
+        return None
+    transformers = require("transformers")
+    declared = getattr(config_class, "sub_configs", None) or {}
+    if key not in declared and "model_type" not in value:
+        return None
+    target = declared.get(key)
+    if isinstance(target, type) and issubclass(target, transformers.PretrainedConfig):
+        return target
+    defaults = getattr(config_class, "sub_configs_defaults", None) or {}
+    model_type = value.get("model_type") or getattr(defaults.get(key), "model_type", None)
+    mapping = transformers.models.auto.configuration_auto.CONFIG_MAPPING
+    if not isinstance(model_type, str) or model_type not in mapping:
+        raise fail(f"{label}: config.json's {key} names no model_type transformers {transformers.__version__} ships "
+                   f"({_short(model_type)})", f"Give {key} a known model_type, or remove {key}.")
+    return mapping[model_type]
+
+
+def _timm_backed(config: Any) -> bool:
+    """Whether a transformers configuration wraps a timm model (timm_wrapper and the like)."""
+    return isinstance(getattr(config, "architecture", None), str) and hasattr(config, "model_args")
 
 
 class TimmAdapter(Adapter):
@@ -353,7 +606,6 @@ class TimmAdapter(Adapter):
     input_kind = "vision"
 
     def __init__(self, config: Mapping[str, Any], *, output: str, component: str, label: str) -> None:
-        timm = require("timm")
         self.label = label
         self.output = output
         if component:
@@ -362,19 +614,8 @@ class TimmAdapter(Adapter):
         if output not in ("features", "pooled", "logits"):
             raise fail(f"{label}: a timm model offers output features, pooled or logits, not {output!r}",
                        field="output")
-        architecture, self.pretrained_cfg, self.model_args = parse_timm_config(config, label)
-        if not isinstance(architecture, str) or ":" in architecture or not timm.is_model(architecture):
-            raise fail(f"{label}: timm {timm.__version__} has no architecture {architecture!r}",
-                       "Use an architecture timm registers (timm.list_models()).")
-        self.architecture = architecture
-        size = self.pretrained_cfg.get("input_size")
-        if size is None:
-            default = timm.models.get_pretrained_cfg(architecture)
-            size = getattr(default, "input_size", None)
-        size = tuple(size or ())
-        if len(size) != 3 or not all(isinstance(v, int) and v > 0 for v in size):
-            raise fail(f"{label}: config.json gives no usable pretrained_cfg.input_size (C, H, W)")
-        self.native_input = size
+        self.architecture, self.pretrained_cfg, self.model_args = parse_timm_config(config, label)
+        self.native_input = timm_native_input(self.architecture, self.pretrained_cfg, self.model_args, label)
 
     def construct(self) -> nn.Module:
         timm = require("timm")
@@ -430,11 +671,14 @@ class ProviderAdapter(Adapter):
             raise fail(f"{self.label} built {type(module).__name__}, not an nn.Module", field="provider")
         return module
 
-    def load(self, checkpoint: Optional[Checkpoint]) -> nn.Module:
-        state = load_state_dict_file(self.source)  # verified against sha256= from the bytes it loads
+    def state_key(self) -> Any:
+        return (self.source, self.build)
+
+    def load(self, checkpoint: Checkpoint) -> nn.Module:
+        """The provider's model with the state dict, verified against sha256= from the bytes it was loaded from."""
         with _isolated_rng():
             model = self.construct()
-        _strict_load(model, state, repr(self.source.text))
+        _strict_load(model, checkpoint.tensors, repr(self.source.text))
         return model
 
     def run(self, model: nn.Module, x: torch.Tensor) -> Any:

@@ -1,15 +1,17 @@
 """pretrained@1: an existing checkpoint as one node (§9).
 
-The checkpoint's own configuration defines the architecture. The relation reads config.json
-(or hashes the pinned .pth), records the checkpoint's ``revision``, fixes the input contract
-the model takes, and traces the architecture on the meta device to learn each output's
-shape. Weights are read only when the network is built.
+The checkpoint's own configuration defines the architecture. The relation reads config.json,
+measures the architecture on the meta device (so that weight files too large for it are
+refused by their size before a byte is hashed), hashes local weights or the pinned .pth for the
+checkpoint's ``revision``, fixes the input contract the model takes, and traces the
+architecture on the meta device to learn each output's shape. Weights are read only when the
+network is built.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import torch
 from torch import nn
@@ -20,18 +22,23 @@ from .capture import capture, submodules
 from .libraries import NAMED_OUTPUTS, Adapter, adapter_for
 from .sources import (
     BoundedCache,
+    Checkpoint,
     Source,
+    StateSize,
+    config_version,
     current_revision,
     fail,
+    load_state_dict_file,
     parse_source,
     present_revision,
     read_config,
     verified_checkpoint,
 )
-from .tracing import FLOATING, bounded_construction, freeze_key, trace_outputs
+from .tracing import FLOATING, bounded_construction, freeze_key, measure_state, trace_outputs
 
 _TEXT_DTYPES = ("int64", "int32")
 _ADAPTERS = BoundedCache(64)
+_SIZES = BoundedCache(64)
 
 
 # -- the registry a resolution or build runs under ----------------------------------------------------
@@ -85,7 +92,7 @@ def check_arguments(args: Mapping[str, Any]) -> Source:
 def recheck_source(args: Mapping[str, Any]) -> None:
     """Re-resolve a saved node's source (restoration): a changed checkpoint is E_CONSTRAINT."""
     source = check_arguments(args)
-    now = present_revision(source)
+    now = _resolved(source, args, pinned=False)[0]
     if now != args["revision"]:
         raise HNDLError(
             "E_CONSTRAINT",
@@ -97,7 +104,24 @@ def recheck_source(args: Mapping[str, Any]) -> None:
         )
 
 
-def _adapter(source: Source, args: Mapping[str, Any], revision: str) -> Adapter:
+def _resolved(source: Source, args: Mapping[str, Any], *, pinned: bool = True) -> tuple[str, Adapter]:
+    """The revision ``source`` points at now, and the adapter of its configuration.
+
+    Local weights are refused by their size against the architecture the configuration (or the
+    provider) describes before they are hashed. ``pinned=False`` does not hold a .pth to its
+    ``sha256=`` (restoration reports a changed file as E_CONSTRAINT instead).
+    """
+    revise = current_revision if pinned else present_revision
+    if source.kind == "hub":  # only config.json is read at resolution: there are no weights to hash
+        revision = revise(source)
+        return revision, _adapter(source, args, revision)
+    adapter = _adapter(source, args, None)
+    return revise(source, _architecture(source, adapter)), adapter
+
+
+def _adapter(source: Source, args: Mapping[str, Any], revision: Optional[str]) -> Adapter:
+    """The adapter of ``source``'s configuration (of the Hub commit ``revision``; a local one as it is now)."""
+
     def make() -> Adapter:
         config = read_config(source, revision)
         return adapter_for(source, config, output=args["output"], component=args["component"],
@@ -105,7 +129,12 @@ def _adapter(source: Source, args: Mapping[str, Any], revision: str) -> Adapter:
 
     if source.is_provider:
         return make()  # per registry: never shared through a cache
-    return _ADAPTERS.get((source, revision, args["output"], args["component"]), make)
+    return _ADAPTERS.get((source, config_version(source, revision), args["output"], args["component"]), make)
+
+
+def _architecture(source: Source, adapter: Adapter) -> StateSize:
+    """The state the adapter's architecture registers, measured once on the meta device."""
+    return _SIZES.get(adapter.state_key(), lambda: measure_state(adapter.construct, _label(source)))
 
 
 def _label(source: Source) -> str:
@@ -116,9 +145,8 @@ def _label(source: Source) -> str:
 def _relation(s) -> None:
     args = s.args
     source = check_arguments(args)
-    revision = current_revision(source)
+    revision, adapter = _resolved(source, args)
     s.arg("revision", revision)
-    adapter = _adapter(source, args, revision)
     label = _label(source)
     dtype = s.dtype("x")
     if adapter.input_kind == "text":
@@ -260,17 +288,11 @@ class Pretrained(nn.Module):
         device = torch.get_default_device()
         label = _label(parsed)
         if device.type == "meta":  # the architecture only, bounded by the limits in force: no weights are opened
-            adapter = adapter_for(parsed, read_config(parsed, revision), output=output, component=component,
-                                  readout=readout, registry_of=active_registry)
+            adapter = _adapter(parsed, args, revision)
             with bounded_construction(label):
                 model = adapter.construct()
         else:
-            if parsed.is_provider and revision != "sha256:" + parsed.sha256:
-                raise fail(f"revision {revision!r} does not match sha256={parsed.sha256}", field="revision")
-            # Configuration and weights both come from bytes hashed as they were read, never from a cache.
-            checkpoint = None if parsed.is_provider else verified_checkpoint(parsed, revision)
-            adapter = adapter_for(parsed, None if checkpoint is None else checkpoint.config, output=output,
-                                  component=component, readout=readout, registry_of=active_registry)
+            adapter, checkpoint = _verified(parsed, args, revision)
             model = adapter.load(checkpoint).to(device)
         for parameter in model.parameters():
             parameter.requires_grad_(False)
@@ -306,3 +328,20 @@ class Pretrained(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.adapter.library}: {self.label}"
+
+
+def _verified(source: Source, args: Mapping[str, Any], revision: str) -> tuple[Adapter, Checkpoint]:
+    """The adapter and weights a build loads, from bytes hashed as they were read (never a cache).
+
+    The weight files are refused by size against the architecture first, so a file swapped for
+    a huge one after resolution is neither hashed nor read.
+    """
+    if source.is_provider and revision != "sha256:" + source.sha256:
+        raise fail(f"revision {revision!r} does not match sha256={source.sha256}", field="revision")
+    adapter = _adapter(source, args, revision)
+    architecture = _architecture(source, adapter)
+    if source.is_provider:
+        return adapter, Checkpoint(config=None, tensors=load_state_dict_file(source, architecture))
+    checkpoint = verified_checkpoint(source, revision, architecture)
+    return adapter_for(source, checkpoint.config, output=args["output"], component=args["component"],
+                       readout=args["readout"], registry_of=active_registry), checkpoint

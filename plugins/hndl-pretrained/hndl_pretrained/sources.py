@@ -3,9 +3,9 @@
 Four forms are accepted:
 
 ``hf://owner/repo[@revision]``
-    A Hugging Face Hub repository. During resolution only ``config.json`` is fetched, through
-    ``huggingface_hub`` (so its cache and ``HF_HUB_OFFLINE`` apply); the commit it resolves to
-    is the node's ``revision``. The build downloads the safetensors weights of that commit.
+    A Hugging Face Hub repository. During resolution only ``config.json`` is read, through
+    ``huggingface_hub`` from its cache (downloaded only when opted in, see below); the commit it
+    resolves to is the node's ``revision``. The build reads the safetensors weights of that commit.
 ``/path/to/checkpoint``
     A directory holding ``config.json`` and ``*.safetensors`` weights.
 ``/path/to/model.safetensors`` with ``config=``
@@ -24,11 +24,18 @@ the cache: it hashes the very bytes it then loads and compares them with the pla
 A path is the host's literal path: no ``~`` expansion happens. Hub owners, repositories and
 revisions follow the Hub's own naming rules (no ``..``, no absolute or empty parts), and every
 file huggingface_hub returns must lie in a commit snapshot of the cache the pack asked for.
-Weight files larger than ``max_state_bytes`` (plus format overhead) are refused by their size,
-before a byte is hashed.
 
-Every failure here is ``E_PRETRAINED``; a missing optional dependency is too, never an
-ImportError.
+The Hub is read from the local Hugging Face cache only, unless the environment opts in to
+downloads with ``HNDL_PRETRAINED_DOWNLOAD=1`` (:func:`downloads_allowed`): an uncached file is
+E_PRETRAINED at once, without a network request, whatever ``HF_HUB_OFFLINE`` says.
+
+Weight files are refused by their size, before a byte is hashed or read, when they could not
+hold the architecture their configuration describes (:class:`StateSize`: at most twice its
+parameter and buffer bytes plus a header allowance) or exceed ``max_state_bytes`` plus format
+overhead.
+
+Every failure here is ``E_PRETRAINED`` (weights above ``max_state_bytes``: ``E_RESOURCE``); a
+missing optional dependency is E_PRETRAINED too, never an ImportError.
 """
 
 from __future__ import annotations
@@ -71,6 +78,11 @@ _CHUNK = 1 << 20
 FORMAT_OVERHEAD_BYTES = 100_000_000
 
 INSTALL_REMEDY = "Install the pretrained extra: pip install 'hndl[pretrained]'."
+#: The environment variable that lets the pack download from the Hub (anything else: cache only).
+DOWNLOAD_VARIABLE = "HNDL_PRETRAINED_DOWNLOAD"
+_TRUE = ("1", "true", "yes", "on")
+CACHE_REMEDY = (f"Download it into the Hugging Face cache first (hf download owner/repo), or set "
+                f"{DOWNLOAD_VARIABLE}=1 to let HNDL fetch from the Hub.")
 
 
 def fail(message: str, *remedies: str, field: Optional[str] = None) -> HNDLError:
@@ -87,6 +99,15 @@ def require(name: str):
             f"the pretrained operator needs {name}, which cannot be imported ({type(error).__name__}: {error})",
             INSTALL_REMEDY,
         ) from None
+
+
+def downloads_allowed() -> bool:
+    """Whether the environment opted in to Hub downloads (``HNDL_PRETRAINED_DOWNLOAD=1``).
+
+    Off by default, so that resolving configuration never waits on the network: only files
+    already in the Hugging Face cache are read.
+    """
+    return os.environ.get(DOWNLOAD_VARIABLE, "").strip().lower() in _TRUE
 
 
 # -- parsing -----------------------------------------------------------------------------------------
@@ -309,12 +330,34 @@ def _freeze_json(value: dict) -> dict:
     return json.loads(json.dumps(value))
 
 
-def check_weight_sizes(files: list[Path], label: str) -> None:
-    """E_RESOURCE, from the files' sizes alone, when weights could not fit ``max_state_bytes``.
+@dataclass(frozen=True)
+class StateSize:
+    """What an architecture registers (parameter and buffer bytes, tensor count), measured on the
+    meta device, and so how many bytes its weight files may hold (:meth:`allowed_bytes`)."""
+
+    state_bytes: int
+    tensors: int
+
+    #: A checkpoint may store up to twice the bytes the architecture registers in float32: float64
+    #: copies, or a head or tower the node does not build.
+    SLACK = 2
+    #: Header allowance per tensor (a safetensors JSON entry, a .pth pickle record) and per file.
+    HEADER_BYTES_PER_TENSOR = 1024
+    HEADER_BYTES_PER_FILE = 1 << 20
+
+    def allowed_bytes(self, files: int) -> int:
+        """The most bytes ``files`` weight files of this architecture may hold together."""
+        return (self.SLACK * (self.state_bytes + self.HEADER_BYTES_PER_TENSOR * self.tensors)
+                + self.HEADER_BYTES_PER_FILE * files)
+
+
+def check_weight_sizes(files: list[Path], label: str, architecture: Optional[StateSize] = None) -> int:
+    """The most bytes ``files`` may be read to, after refusing them by their sizes alone.
 
     This runs before any weights file is hashed or read, so a huge (or sparse) file costs a
-    ``stat``, not a pass over its bytes. The allowance is ``max_state_bytes`` of the limits in
-    force plus :data:`FORMAT_OVERHEAD_BYTES` per file, counting the bytes as stored.
+    ``stat``, not a pass over its bytes. Weights above ``max_state_bytes`` of the limits in force
+    plus :data:`FORMAT_OVERHEAD_BYTES` per file are E_RESOURCE; weights larger than the
+    ``architecture`` they belong to allows (:meth:`StateSize.allowed_bytes`) are E_PRETRAINED.
     """
     budget = active_limits()["max_state_bytes"]
     total = sum(_stat(path, "weights file").st_size for path in files)
@@ -327,30 +370,45 @@ def check_weight_sizes(files: list[Path], label: str) -> None:
             field="source",
             remedies=("Use a smaller checkpoint, or raise limits['max_state_bytes'] explicitly.",),
         )
+    if architecture is None:
+        return allowed
+    fitting = architecture.allowed_bytes(len(files))
+    if total > fitting:
+        raise fail(
+            f"the weights of {label} are {total} bytes on disk, more than the architecture they belong to can "
+            f"hold: it registers {architecture.state_bytes} bytes in {architecture.tensors} parameters and "
+            f"buffers, so its {len(files)} weights file(s) may hold at most {fitting} bytes; nothing was hashed",
+            "Check that the weights belong to this configuration (or provider): a checkpoint's weights hold its "
+            "own architecture's tensors.",
+            field="source",
+        )
+    return min(allowed, fitting)
 
 
 # -- resolution: the revision and the configuration -----------------------------------------------------
-def current_revision(source: Source) -> str:
+def current_revision(source: Source, architecture: Optional[StateSize] = None) -> str:
     """What ``source`` points at now: a commit for the Hub, ``sha256:<hex>`` for local files.
 
     This is what the relation records as ``revision`` and what restoring a plan compares with.
+    Local weights are first checked by size (:func:`check_weight_sizes`) against ``architecture``,
+    the state of the model they belong to.
     """
-    revision = present_revision(source)
+    revision = present_revision(source, architecture)
     if source.kind == "state_dict" and revision != "sha256:" + source.sha256:
         raise _sha_mismatch(source, revision.removeprefix("sha256:"))
     return revision
 
 
-def present_revision(source: Source) -> str:
+def present_revision(source: Source, architecture: Optional[StateSize] = None) -> str:
     """Like :func:`current_revision`, without holding a .pth file to its ``sha256=`` pin."""
     if source.kind == "hub":
         return _hub_config_path(source.repo, source.ref or None)[1]
     if source.kind == "state_dict":
         path = _existing_file(source.path, "state dict")
-        check_weight_sizes([path], shown(source.text))
+        check_weight_sizes([path], shown(source.text), architecture)
         return "sha256:" + file_digest(path, "state dict")
     config, weights = _local_files(source)
-    check_weight_sizes(weights, shown(source.text))
+    check_weight_sizes(weights, shown(source.text), architecture)
     return "sha256:" + _combined_digest([(config, file_digest(config, "configuration file"))]
                                         + [(path, file_digest(path, "weights file")) for path in weights])
 
@@ -366,11 +424,26 @@ def read_config(source: Source, revision: str) -> Optional[dict]:
     if source.kind == "hub":
         path = _hub_config_path(source.repo, revision)[0]
         return read_json(path, "config.json")
+    path = _config_path(source)
+    return read_json(path, path.name if source.kind == "directory" else "configuration file")
+
+
+def config_version(source: Source, revision: Optional[str]) -> Any:
+    """What a configuration read for ``source`` depends on: the commit for the Hub, the
+    configuration file's identity for a local checkpoint (None for a provider's state dict)."""
+    if source.kind == "hub":
+        return revision
+    if source.kind == "state_dict":
+        return None
+    return _identity(_config_path(source), "configuration file")
+
+
+def _config_path(source: Source) -> Path:
+    """The configuration file of a local checkpoint (a directory's config.json, or config=)."""
     if source.kind == "directory":
-        directory = _existing_directory(source.path)
-        return read_json(_existing_file(directory / CONFIG_NAME, "config.json"), "config.json")
+        return _existing_file(_existing_directory(source.path) / CONFIG_NAME, "config.json")
     _existing_file(source.path, "weights file")
-    return read_json(_existing_file(source.config, "configuration file"), "configuration file")
+    return _existing_file(source.config, "configuration file")
 
 
 def _hub():
@@ -383,11 +456,13 @@ def _hub():
 def _hub_download(repo: str, filename: str, revision: Optional[str]) -> Path:
     """One file of ``repo`` at ``revision`` from the Hub cache, checked to be a file of one of its snapshots.
 
-    The path huggingface_hub returns must be ``<cache>/models--owner--name/snapshots/<commit>/<filename>``
+    Only the cache is read (``local_files_only``) unless :func:`downloads_allowed`. The path
+    huggingface_hub returns must be ``<cache>/models--owner--name/snapshots/<commit>/<filename>``
     and, with every link resolved, still lie inside the cache directory.
     """
     hub, cache = _hub()
-    path = Path(hub.hf_hub_download(repo, filename, revision=revision, cache_dir=str(cache)))
+    path = Path(hub.hf_hub_download(repo, filename, revision=revision, cache_dir=str(cache),
+                                    local_files_only=not downloads_allowed()))
     snapshots = cache / ("models--" + repo.replace("/", "--")) / "snapshots"
     root = os.path.realpath(cache)
     if (path.parent.parent != snapshots or path.name != filename or not _COMMIT.match(path.parent.name)
@@ -405,9 +480,8 @@ def _hub_config_path(repo: str, revision: Optional[str]) -> tuple[Path, str]:
     except Exception as error:  # offline and not cached, unknown repository or revision, network
         where = f"{repo}@{revision}" if revision else repo
         raise fail(
-            f"cannot fetch config.json of hf://{where}: {type(error).__name__}",
-            "Check the repository and revision; offline (HF_HUB_OFFLINE=1), download it into the "
-            "Hugging Face cache first.",
+            f"cannot fetch config.json of hf://{where}{_offline_note()}: {type(error).__name__}",
+            "Check the repository and revision.", CACHE_REMEDY,
             field="source",
         ) from None
     return path, path.parent.name
@@ -442,12 +516,17 @@ def _hub_weights(repo: str, commit: str) -> tuple[Path, list[Path]]:
         except HNDLError:
             raise
         except Exception as error:
-            raise fail(f"cannot fetch the weights of hf://{repo}@{commit}: {type(error).__name__}",
-                       "Download the checkpoint into the Hugging Face cache, or build where the Hub is reachable.",
-                       field="source") from None
-    raise fail(f"cannot fetch safetensors weights of hf://{repo}@{commit} ({'; '.join(problems)})",
-               "Download the checkpoint into the Hugging Face cache, or build where the Hub is reachable.",
-               field="source")
+            raise fail(f"cannot fetch the weights of hf://{repo}@{commit}{_offline_note()}: {type(error).__name__}",
+                       CACHE_REMEDY, field="source") from None
+    raise fail(f"cannot fetch safetensors weights of hf://{repo}@{commit}{_offline_note()} ({'; '.join(problems)})",
+               CACHE_REMEDY, field="source")
+
+
+def _offline_note() -> str:
+    """Why a Hub file was not fetched, when downloads are off (the default)."""
+    if downloads_allowed():
+        return ""
+    return f" (not in the Hugging Face cache, and downloads are off: {DOWNLOAD_VARIABLE} is not 1)"
 
 
 def _local_files(source: Source) -> tuple[Path, list[Path]]:
@@ -515,27 +594,28 @@ def _sha_mismatch(source: Source, actual: str) -> HNDLError:
 @dataclass(frozen=True)
 class Checkpoint:
     """What a build loads: the configuration and every weight tensor, parsed from bytes that were
-    hashed as they were read (and, for a local source, matched with the plan's revision)."""
+    hashed as they were read (and, for a local source, matched with the plan's revision). A provider's
+    state dict has no configuration."""
 
-    config: dict
+    config: Optional[dict]
     tensors: dict
 
 
-def verified_checkpoint(source: Source, revision: str) -> Checkpoint:
+def verified_checkpoint(source: Source, revision: str, architecture: StateSize) -> Checkpoint:
     """The configuration and weights of exactly ``revision``, for a build.
 
-    Each file is read once; its SHA-256 is computed from the bytes read, and the tensors are
-    parsed from those same bytes, so a file swapped in place (even one whose size and mtime were
-    restored) fails here instead of loading other weights. Hub files come from the snapshot of
-    the recorded commit.
+    The weight files are first refused by size if ``architecture`` could not fill them, and are
+    never read past that bound. Each file is read once; its SHA-256 is computed from the bytes
+    read, and the tensors are parsed from those same bytes, so a file swapped in place (even one
+    whose size and mtime were restored) fails here instead of loading other weights. Hub files
+    come from the snapshot of the recorded commit.
     """
     if source.kind == "hub":
         config_path, weights = _hub_weights(source.repo, revision)
     else:
         config_path, weights = _local_files(source)
-    check_weight_sizes(weights, shown(source.text))
+    budget = check_weight_sizes(weights, shown(source.text), architecture)
     config_bytes, config_hash = _read(config_path, "configuration file", MAX_CONFIG_BYTES)
-    budget = active_limits()["max_state_bytes"] + FORMAT_OVERHEAD_BYTES
     contents = [(path, *_read(path, "weights file", budget)) for path in weights]
     if source.kind != "hub":
         actual = "sha256:" + _combined_digest([(config_path, config_hash)]
@@ -567,21 +647,22 @@ def _safetensors_state(contents: list[tuple[Path, bytes]]) -> dict:
     return state
 
 
-def verified_state_dict_bytes(source: Source) -> bytes:
-    """The .pth file's bytes, verified against sha256= immediately before they are deserialized."""
+def verified_state_dict_bytes(source: Source, architecture: StateSize) -> bytes:
+    """The .pth file's bytes, verified against sha256= immediately before they are deserialized
+    (and refused by size first if the provider's ``architecture`` could not fill them)."""
     path = _existing_file(source.path, "state dict")
-    check_weight_sizes([path], shown(source.text))
-    data, actual = _read(path, "state dict", active_limits()["max_state_bytes"] + FORMAT_OVERHEAD_BYTES)
+    budget = check_weight_sizes([path], shown(source.text), architecture)
+    data, actual = _read(path, "state dict", budget)
     if actual != source.sha256:
         raise _sha_mismatch(source, actual)
     return data
 
 
-def load_state_dict_file(source: Source) -> dict:
+def load_state_dict_file(source: Source, architecture: StateSize) -> dict:
     """``torch.load(map_location="cpu", weights_only=True)`` of the verified bytes: no object is unpickled."""
     import torch
 
-    data = verified_state_dict_bytes(source)
+    data = verified_state_dict_bytes(source, architecture)
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:

@@ -10,12 +10,15 @@ Meta construction is bounded while it runs (:func:`bounded_construction`): a con
 asking for thousands of layers stops with E_RESOURCE at the first submodule past
 ``max_node_modules``, or the first parameter or buffer past ``max_state_bytes``, of the
 limits in force, instead of building every layer first. ``MemoryError`` and E_RESOURCE always
-propagate; they never become a "cannot be traced" diagnostic.
+propagate; they never become a "cannot be traced" diagnostic. The same count measures an
+architecture's state (:func:`measure_state`), which bounds the size of its weight files before
+they are hashed.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
@@ -25,7 +28,7 @@ from hndl import HNDLError
 from hndl.limits import active_limits
 from hndl.torch.registrations import watching_registrations
 
-from .sources import BoundedCache, fail
+from .sources import BoundedCache, StateSize, fail
 
 #: The batch extent of a trace input (any fixed positive number; axis 0 is the node's batch).
 TRACE_BATCH = 2
@@ -97,45 +100,68 @@ def freeze_key(args: Mapping[str, Any]) -> tuple:
     return tuple(sorted(args.items()))
 
 
+def measure_state(construct: Callable[[], Any], label: str) -> StateSize:
+    """The parameter and buffer bytes and tensors ``construct()`` registers on the meta device.
+
+    Everything registered counts, including a tower the adapter drops afterwards, so the size
+    bounds whole checkpoints. Construction is bounded as :func:`bounded_construction` describes.
+    """
+    try:
+        with torch.device("meta"), torch.no_grad(), bounded_construction(label) as tally:
+            construct()
+    except (HNDLError, MemoryError):
+        raise
+    except Exception as error:
+        raise fail(f"{label} cannot be built on the meta device, so the size of its weights cannot be bounded: "
+                   f"{type(error).__name__}: {error}") from None
+    return StateSize(state_bytes=tally.state_bytes, tensors=len(tally.tensors))
+
+
+@dataclass
+class Tally:
+    """What a :func:`bounded_construction` block registered so far (distinct tensors, kept alive so
+    that an id is never reused while counting)."""
+
+    modules: int = 0
+    state_bytes: int = 0
+    tensors: dict = field(default_factory=dict)
+
+
 @contextmanager
-def bounded_construction(label: str) -> Iterator[None]:
+def bounded_construction(label: str) -> Iterator[Tally]:
     """Stop a module construction in this thread as soon as it registers more submodules than
     ``max_node_modules``, or more parameter and buffer bytes than ``max_state_bytes``.
 
     Only this thread's registrations count (``hndl.torch.registrations``), and the hooks go when
     the block exits. Counts are upper bounds: a tensor registered under two names is counted
-    once, a module twice.
+    once, a module twice. The block receives the running :class:`Tally`.
     """
     limits = active_limits()
     module_limit, byte_limit = limits["max_node_modules"], limits["max_state_bytes"]
-    modules = 0
-    tensors: dict[int, torch.Tensor] = {}  # kept alive so that an id is never reused while counting
-    state_bytes = 0
+    tally = Tally()
 
     def on_module(name: str, child: nn.Module) -> None:
-        nonlocal modules
-        modules += 1
-        if modules > module_limit:
+        tally.modules += 1
+        if tally.modules > module_limit:
             raise HNDLError(
                 "E_RESOURCE",
                 f"{label} creates more than max_node_modules={module_limit} submodules (stopped at submodule "
-                f"{modules}, {type(child).__name__} {name!r}); its configuration asks for too large a model",
+                f"{tally.modules}, {type(child).__name__} {name!r}); its configuration asks for too large a model",
                 remedies=("Use a smaller checkpoint, or raise limits['max_node_modules'] explicitly.",),
             )
 
     def on_tensor(name: str, tensor: torch.Tensor) -> None:
-        nonlocal state_bytes
-        if id(tensor) in tensors:
+        if id(tensor) in tally.tensors:
             return
-        tensors[id(tensor)] = tensor
-        state_bytes += tensor.numel() * tensor.element_size()
-        if state_bytes > byte_limit:
+        tally.tensors[id(tensor)] = tensor
+        tally.state_bytes += tensor.numel() * tensor.element_size()
+        if tally.state_bytes > byte_limit:
             raise HNDLError(
                 "E_RESOURCE",
                 f"{label} registers more than max_state_bytes={byte_limit} bytes of parameters and buffers "
-                f"(at least {state_bytes}, reached at {name!r}); its configuration asks for too large a model",
+                f"(at least {tally.state_bytes}, reached at {name!r}); its configuration asks for too large a model",
                 remedies=("Use a smaller checkpoint, or raise limits['max_state_bytes'] explicitly.",),
             )
 
     with watching_registrations(on_module=on_module, on_tensor=on_tensor):
-        yield
+        yield tally

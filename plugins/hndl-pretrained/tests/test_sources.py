@@ -139,3 +139,35 @@ def test_the_hub_honours_a_revision_and_a_branch(hub_cache, gpt2_dir, bert_dir, 
 def test_an_uncached_repository_fails_offline(hub_cache):
     error = _code(lambda: _resolve('pretrained("hf://owner/absent")'))
     assert error.code == "E_PRETRAINED" and "owner/absent" in error.message
+
+
+def _record_hub_requests(monkeypatch) -> list:
+    """Every hf_hub_download call the pack makes, answered as an uncached file."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    requests = []
+
+    def download(repo_id, filename, **kwargs):
+        requests.append(dict(kwargs, repo_id=repo_id, filename=filename))
+        raise LocalEntryNotFoundError("not cached")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    return requests
+
+
+def test_the_hub_is_read_from_the_cache_only_unless_downloads_are_opted_in(monkeypatch):
+    """Issue 29 item 5: whatever HF_HUB_OFFLINE says, the pack asks huggingface_hub for cached files
+    only (local_files_only) unless HNDL_PRETRAINED_DOWNLOAD=1."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HNDL_PRETRAINED_DOWNLOAD", raising=False)
+    requests = _record_hub_requests(monkeypatch)
+    error = _code(lambda: _resolve('pretrained("hf://acme/tiny")'))
+    assert error.code == "E_PRETRAINED" and error.location.field == "source"
+    assert "downloads are off" in error.message and any("HNDL_PRETRAINED_DOWNLOAD=1" in r for r in error.remedies)
+    assert [(r["filename"], r["local_files_only"]) for r in requests] == [("config.json", True)]
+    monkeypatch.setenv("HNDL_PRETRAINED_DOWNLOAD", "1")
+    requests.clear()
+    error = _code(lambda: _resolve('pretrained("hf://acme/tiny")'))
+    assert error.code == "E_PRETRAINED" and "downloads are off" not in error.message
+    assert [(r["filename"], r["local_files_only"]) for r in requests] == [("config.json", False)]

@@ -24,6 +24,8 @@ from torch import nn
 import hndl
 from hndl import HNDLError, Registry
 from hndl.persist import canonical
+from hndl.torch import build
+from hndl_pretrained import sources
 from hndl_pretrained.sources import parse_source
 
 TEXT = dict(input_shape=("B", 8), output_shape=("B", 8, 32), input_dtype="int64")
@@ -141,6 +143,60 @@ def test_architectures_that_are_not_a_list_of_names_are_e_pretrained(tmp_path, g
     assert error.code == "E_PRETRAINED" and "architectures" in error.message
 
 
+# -- issue 29: config.json is read through an allowlist per route ----------------------------------------------------
+def _edited(tmp_path: Path, checkpoint: Path, kit, edit) -> Path:
+    copy = kit.copy_checkpoint(checkpoint, tmp_path / "edited")
+    config = kit.config_of(copy)
+    edit(config)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+@pytest.mark.parametrize("fixture, key, edit, contracts", [
+    ("gpt2_dir", "planted", lambda c: c.__setitem__("planted", 1), TEXT),
+    ("gpt2_dir", "pruned_heads", lambda c: c.__setitem__("pruned_heads", {"0": [1]}), TEXT),
+    ("gpt2_dir", "experts_implementation", lambda c: c.__setitem__("experts_implementation", "grouped_mm"), TEXT),
+    ("clip_dir", "text_config.planted", lambda c: c["text_config"].__setitem__("planted", True),
+     dict(input_shape=("B", 8), output_shape=("B", 8, 32), input_dtype="int64")),
+    ("resnet_dir", "planted", lambda c: c.__setitem__("planted", 1), IMAGE),
+    ("resnet_dir", "pretrained_cfg.planted", lambda c: c["pretrained_cfg"].__setitem__("planted", 1), IMAGE),
+    ("resnet_dir", "model_args.device", lambda c: c["model_args"].__setitem__("device", "cpu"), IMAGE),
+    ("resnet_dir", "model_args.pruned", lambda c: c["model_args"].__setitem__("pruned", True), IMAGE),
+])
+def test_a_config_key_outside_the_routes_allowlist_is_refused_naming_it(tmp_path, request, kit, fixture, key, edit,
+                                                                          contracts):
+    """Keys a route does not read are refused, not only keys known to load something (model_args.device
+    would even build the model on a real device during resolution)."""
+    copy = _edited(tmp_path, request.getfixturevalue(fixture), kit, edit)
+    component = ', component="text"' if fixture == "clip_dir" else ""
+    error = _fails(lambda: hndl.resolve(f'pretrained("{copy}"{component})', **contracts))
+    assert error.code == "E_PRETRAINED" and error.location.node == "n0"
+    assert f"sets {key}," in error.message and f"Remove {key} from config.json." in error.remedies
+
+
+def test_metadata_keys_are_tolerated_and_never_reach_transformers(tmp_path, gpt2_dir, kit):
+    copy = _edited(tmp_path, gpt2_dir, kit, lambda c: c.update(
+        auto_map={"AutoModel": "modeling_x.X"}, task_specific_params={"text-generation": {"max_length": 50}},
+        max_length=20, num_beams=4, tokenizer_class="GPT2Tokenizer", _name_or_path="elsewhere", torchscript=True))
+    plan = hndl.resolve(f'pretrained("{copy}")', **TEXT)
+    model = build(plan, device="cpu")
+    config = next(module.config for module in model.modules() if hasattr(module, "config"))
+    dropped = ("auto_map", "task_specific_params", "tokenizer_class", "torchscript")
+    assert not any(hasattr(config, key) for key in dropped)
+    assert config.name_or_path != "elsewhere"
+
+
+@pytest.mark.parametrize("architecture", ["hf-hub:timm/resnet18.a1_in1k", "local-dir:/tmp", "timm/resnet18"])
+def test_a_timm_backbone_names_a_bare_timm_architecture(architecture):
+    from transformers import TimmBackboneConfig
+
+    from hndl_pretrained.libraries import transformers_config
+
+    assert transformers_config({"backbone": "resnet18"}, TimmBackboneConfig, "'x'") == {"backbone": "resnet18"}
+    error = _fails(lambda: transformers_config({"backbone": architecture}, TimmBackboneConfig, "'x'"))
+    assert error.code == "E_PRETRAINED" and "sets backbone," in error.message and "timm model source" in error.message
+
+
 # -- item 11: Hub names by the Hub's rules; every cache path stays in the cache ----------------------------------------
 @pytest.mark.parametrize("source", [
     "hf://owner/repo@pr/../../x", "hf://owner/repo@..", "hf://owner/repo@a/../b", "hf://owner/repo@/etc/passwd",
@@ -215,6 +271,57 @@ def _deep_gpt2(tmp_path: Path, gpt2_dir: Path, kit, **changes) -> Path:
     config.update(changes)
     (copy / "config.json").write_text(json.dumps(config))
     return copy
+
+
+# -- issue 29 item 7: weights far larger than their architecture are refused by size, with the default limits -------
+@pytest.fixture
+def never_hashed(monkeypatch) -> list:
+    """Records (and short-cuts) every digest resolution asks for: a refusal by size leaves it empty."""
+    hashed: list = []
+    monkeypatch.setattr(sources, "file_digest", lambda path, what="file": hashed.append(Path(path).name) or "0" * 64)
+    return hashed
+
+
+@pytest.mark.parametrize("gib", [8, 60])
+def test_sparse_safetensors_far_larger_than_the_architecture_are_refused_before_hashing(tmp_path, gpt2_dir, kit,
+                                                                                        never_hashed, gib):
+    """A small config.json beside a sparse model.safetensors of 8 or 60 GiB, default limits: its GPT-2
+    registers about 100 KB, so the file is refused by its size (before: hashed whole, 50 s for 8 GiB)."""
+    copy = kit.copy_checkpoint(gpt2_dir, tmp_path / "gpt2")
+    _sparse(copy / "model.safetensors", gib * 2**30)
+    error = _fails(lambda: hndl.resolve(f'pretrained("{copy}")', **TEXT))
+    assert error.code == "E_PRETRAINED" and error.location.node == "n0" and error.location.field == "source"
+    assert f"are {gib * 2**30} bytes on disk" in error.message and "nothing was hashed" in error.message
+    assert never_hashed == []
+
+
+def test_a_sparse_pth_far_larger_than_the_providers_model_is_refused_before_hashing(tmp_path, registry, kit,
+                                                                                   never_hashed):
+    path = _sparse(tmp_path / "huge.pth", 8 * 2**30)
+    error = _fails(lambda: hndl.resolve(kit.net_source(path, "0" * 64), input_shape=("B", 3, 8, 8),
+                                        output_shape=("B", 5), registry=registry))
+    assert error.code == "E_PRETRAINED" and "nothing was hashed" in error.message and never_hashed == []
+
+
+def test_weights_swapped_for_a_far_larger_file_after_resolution_are_refused_unread(tmp_path, gpt2_dir, kit):
+    """The build and the restoration check the size against the architecture too, before reading a byte."""
+    copy = kit.copy_checkpoint(gpt2_dir, tmp_path / "gpt2")
+    plan = hndl.resolve(f'pretrained("{copy}")', **TEXT)
+    _sparse(copy / "model.safetensors", 256 * 2**20)
+    for call in (lambda: build(plan, device="cpu"), lambda: hndl.ResolvedPlan.from_json(plan.to_json())):
+        error = _fails(call)
+        assert error.code == "E_PRETRAINED" and "nothing was hashed" in error.message
+
+
+def test_weights_stored_at_twice_the_float32_state_still_fit(tmp_path, registry, net_reference, kit):
+    """The size rule leaves room for float64 copies (or a head the node does not build)."""
+    path = tmp_path / "net64.pth"
+    torch.save({key: value.double() for key, value in net_reference.state_dict().items()}, path)
+    plan = hndl.resolve(kit.net_source(path, kit.sha256_of(path)), input_shape=("B", 3, 8, 8), output_shape=("B", 5),
+                        registry=registry)
+    model = build(plan, device="cpu", registry=registry)
+    expected = net_reference(torch.ones(2, 3, 8, 8))
+    assert torch.allclose(model(x=torch.ones(2, 3, 8, 8))["output"], expected, atol=1e-6)
 
 
 def test_too_many_layers_stop_construction_at_max_node_modules(tmp_path, gpt2_dir, kit):
@@ -354,11 +461,14 @@ def test_fuzz_path_like_sources(fuzz_roots):
     _check_path_like_sources(fuzz_roots, FUZZ_EXAMPLES)
 
 
-def test_security_md_lists_every_refused_config_key():
-    """SECURITY.md's table of refused config.json keys is the pack's list, key for key."""
-    from hndl_pretrained.libraries import TIMM_REFUSED, TRANSFORMERS_REFUSED
+def test_security_md_lists_every_explicit_config_key():
+    """SECURITY.md's table of the config.json keys each route reads names every key the pack lists
+    explicitly (the keys derived from the libraries' own classes are described there by rule)."""
+    from hndl_pretrained import libraries
 
     security = (Path(__file__).resolve().parents[3] / "SECURITY.md").read_text(encoding="utf-8")
-    table = security[security.index("| Library | Refused keys |"):]
-    for key in (*TIMM_REFUSED, *TRANSFORMERS_REFUSED):
+    table = security[security.index("| Route | config.json keys read |"):]
+    table = table[:table.index("\n\n")]
+    for key in (*libraries.TIMM_KEYS, *libraries.TIMM_WEIGHT_LOCATIONS, *libraries.TIMM_LOADER_ARGUMENTS,
+                *libraries.TORCH_ATTENTION, *libraries.TRANSFORMERS_GENERIC, *libraries.TRANSFORMERS_METADATA):
         assert f"`{key}`" in table, key
