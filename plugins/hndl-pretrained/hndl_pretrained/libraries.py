@@ -66,11 +66,18 @@ TRANSFORMERS_GENERIC = ("model_type", "architectures", "dtype", "torch_dtype", "
                         "problem_type", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
                         "decoder_start_token_id", "tie_word_embeddings", "is_encoder_decoder", "is_decoder",
                         "add_cross_attention", "chunk_size_feed_forward", "use_cache", *ATTENTION_KEYS)
-#: Metadata keys tolerated and dropped: they never reach transformers (nor do generation settings, the keys
-#: of transformers' GenerationConfig).
+#: Keys tolerated and dropped where the configuration class does not define them: they never reach
+#: transformers. Provenance and tokenizer metadata, output switches HNDL sets itself, and keys older
+#: transformers versions saved that transformers 5 no longer reads (the generic attributes of 4.x, GPT-2's
+#: n_ctx, CLIP's tower dropout). Generation settings (the keys of transformers' GenerationConfig) and keys
+#: set to null are dropped too.
 TRANSFORMERS_METADATA = ("transformers_version", "_name_or_path", "_commit_hash", "auto_map", "task_specific_params",
                          "finetuning_task", "tokenizer_class", "prefix", "output_attentions", "output_hidden_states",
-                         "return_dict", "torchscript", "use_bfloat16")
+                         "return_dict", "torchscript", "use_bfloat16", "tf_legacy_loss", "tie_encoder_decoder",
+                         "cross_attention_hidden_size", "gradient_checkpointing", "xla_device", "output_past",
+                         "_num_labels", "n_ctx", "dropout")
+#: Keys dropped only when empty: pruned heads would change the architecture.
+TRANSFORMERS_EMPTY_ONLY = ("pruned_heads",)
 #: Own keys of a transformers configuration that name a timm model: each is checked as the timm route would.
 TIMM_REFERENCES = ("architecture", "backbone")
 
@@ -481,7 +488,8 @@ def transformers_config(config: Mapping[str, Any], config_class: type, label: st
     :data:`TRANSFORMERS_GENERIC` (attention only as torch's own) and, recursively, nested
     configurations by their own classes (declared sub-configurations, any object naming a
     ``model_type``) and per-layer overrides (``per_layer_config``) by ``config_class``. Metadata
-    (:data:`TRANSFORMERS_METADATA`, generation settings) is dropped. A timm-backed class (one
+    (:data:`TRANSFORMERS_METADATA`, generation settings, empty :data:`TRANSFORMERS_EMPTY_ONLY`
+    keys, null values) is dropped. A timm-backed class (one
     defining ``architecture`` and ``model_args``, as timm_wrapper does) takes the timm route's keys
     under the timm route's checks; an own ``backbone`` must name a bare timm architecture. Anything
     else is E_PRETRAINED naming the key.
@@ -514,10 +522,17 @@ def transformers_config(config: Mapping[str, Any], config_class: type, label: st
             if key in TIMM_REFERENCES and key in own and not timm_backed:
                 timm_architecture(value, label, name)
             kept[key] = value
-        elif key not in TRANSFORMERS_METADATA and key not in generation_keys():
+        elif not _dropped(key, value):
             _refuse(label, name, f"which {config_class.__name__} does not define and HNDL does not accept (it reads "
                                  "a configuration's own keys and a few generic ones)")
     return kept
+
+
+def _dropped(key: str, value: Any) -> bool:
+    """Whether a key the configuration class does not define is tolerated (and never passed on)."""
+    if value is None or key in TRANSFORMERS_METADATA or key in generation_keys():
+        return True
+    return key in TRANSFORMERS_EMPTY_ONLY and not value
 
 
 def pinned_attention(config: Mapping[str, Any], model_class: type) -> str:

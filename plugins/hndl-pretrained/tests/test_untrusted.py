@@ -177,13 +177,42 @@ def test_a_config_key_outside_the_routes_allowlist_is_refused_naming_it(tmp_path
 def test_metadata_keys_are_tolerated_and_never_reach_transformers(tmp_path, gpt2_dir, kit):
     copy = _edited(tmp_path, gpt2_dir, kit, lambda c: c.update(
         auto_map={"AutoModel": "modeling_x.X"}, task_specific_params={"text-generation": {"max_length": 50}},
-        max_length=20, num_beams=4, tokenizer_class="GPT2Tokenizer", _name_or_path="elsewhere", torchscript=True))
+        max_length=20, num_beams=4, tokenizer_class="GPT2Tokenizer", _name_or_path="elsewhere", torchscript=True,
+        n_ctx=16, pruned_heads={}, quantization_config=None))
     plan = hndl.resolve(f'pretrained("{copy}")', **TEXT)
     model = build(plan, device="cpu")
     config = next(module.config for module in model.modules() if hasattr(module, "config"))
-    dropped = ("auto_map", "task_specific_params", "tokenizer_class", "torchscript")
+    dropped = ("auto_map", "task_specific_params", "tokenizer_class", "torchscript", "n_ctx", "quantization_config")
     assert not any(hasattr(config, key) for key in dropped)
     assert config.name_or_path != "elsewhere"
+
+
+#: What transformers 4.x saved into every configuration (here into each CLIP tower, as openai's CLIP
+#: checkpoints on the Hub carry it), beside the top-level text_config_dict/vision_config_dict: null.
+LEGACY_TOWER_KEYS = dict(
+    _name_or_path="", add_cross_attention=False, architectures=None, bad_words_ids=None, chunk_size_feed_forward=0,
+    cross_attention_hidden_size=None, decoder_start_token_id=None, diversity_penalty=0.0, do_sample=False,
+    dropout=0.0, early_stopping=False, encoder_no_repeat_ngram_size=0, finetuning_task=None,
+    forced_bos_token_id=None, forced_eos_token_id=None, id2label={"0": "LABEL_0", "1": "LABEL_1"},
+    is_decoder=False, is_encoder_decoder=False, label2id={"LABEL_0": 0, "LABEL_1": 1}, length_penalty=1.0,
+    max_length=20, min_length=0, no_repeat_ngram_size=0, num_beam_groups=1, num_beams=1, num_return_sequences=1,
+    output_attentions=False, output_hidden_states=False, output_scores=False, prefix=None, problem_type=None,
+    pruned_heads={}, remove_invalid_values=False, repetition_penalty=1.0, return_dict=True,
+    return_dict_in_generate=False, sep_token_id=None, task_specific_params=None, temperature=1.0,
+    tie_encoder_decoder=False, tie_word_embeddings=True, tokenizer_class=None, top_k=50, top_p=1.0,
+    torch_dtype=None, torchscript=False, transformers_version="4.16.0.dev0", use_bfloat16=False)
+
+
+def test_a_configuration_saved_by_transformers_4_still_resolves(tmp_path, clip_dir, kit):
+    def legacy(config: dict) -> None:
+        for tower in ("text_config", "vision_config"):
+            config[tower] = {**LEGACY_TOWER_KEYS, **config[tower]}
+        config.update(text_config_dict=None, vision_config_dict=None, transformers_version=None)
+
+    copy = _edited(tmp_path, clip_dir, kit, legacy)
+    plan = hndl.resolve(f'pretrained("{copy}", component="vision", output="embeds")', input_shape=("B", 3, 16, 16),
+                        output_shape=("B", 24))
+    assert plan.nodes[0].output_shapes == {"out": ("B", 24)}
 
 
 @pytest.mark.parametrize("architecture", ["hf-hub:timm/resnet18.a1_in1k", "local-dir:/tmp", "timm/resnet18"])
