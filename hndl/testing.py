@@ -47,8 +47,12 @@ BATCH = 2
 
 
 def offline() -> bool:
-    """True when the Hugging Face hub may not be reached (HF_HUB_OFFLINE, as huggingface_hub reads it)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    """True unless the host opted in to downloads (``HNDL_PRETRAINED_DOWNLOAD``) and left the hub
+    reachable (``HF_HUB_OFFLINE`` unset): HNDL fetches nothing otherwise (SECURITY.md)."""
+    def enabled(name: str) -> bool:
+        return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+    return enabled("HF_HUB_OFFLINE") or not enabled("HNDL_PRETRAINED_DOWNLOAD")
 
 
 def devices() -> tuple[str, ...]:
@@ -344,7 +348,8 @@ class ExampleCase:
         if self.example.network and offline():
             import pytest
 
-            pytest.skip(f"{self}: the example needs network access and HF_HUB_OFFLINE=1")
+            pytest.skip(f"{self}: the example needs the network, and downloads are off (HF_HUB_OFFLINE=1, "
+                        "or HNDL_PRETRAINED_DOWNLOAD is not 1)")
         return check_example(self.cls, self.example, registry=self.registry, on=on)
 
     def __str__(self) -> str:

@@ -122,8 +122,12 @@ def test_the_callable_form_of_a_configuration_selects_the_same_outputs():
 def test_an_example_that_needs_the_network_is_skipped_offline_with_its_reason(monkeypatch):
     remote = Example("scale(3.0)", ("B", 4), ("B", 4), network=True)
     (case,) = example_cases([declare(examples=(remote,))])
+    monkeypatch.setenv("HNDL_PRETRAINED_DOWNLOAD", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(pytest.skip.Exception, match="needs network access"):
+    with pytest.raises(pytest.skip.Exception, match="needs the network, and downloads are off"):
         case.check()
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     assert case.check() is not None  # online, it is checked like any other
+    monkeypatch.delenv("HNDL_PRETRAINED_DOWNLOAD")
+    with pytest.raises(pytest.skip.Exception, match="needs the network"):  # HNDL fetches nothing by default
+        case.check()
