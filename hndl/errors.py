@@ -190,7 +190,11 @@ def _bounded_lines(lines: Iterable[Any], kind: str) -> tuple[str, ...]:
 
 
 def _name(value: Optional[str]) -> Optional[str]:
-    return None if value is None else echo(str(value), MAX_NAME_CHARS)
+    """A location's node, field or file name, escaped and cut; a name cut before stays as it is."""
+    if value is None:
+        return None
+    text = escaped(str(value))
+    return text if len(text) <= MAX_NAME_CHARS + _CUT_NOTE_ROOM else echo(text, MAX_NAME_CHARS)
 
 
 def shown(value: object) -> str:

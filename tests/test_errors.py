@@ -226,3 +226,58 @@ def test_a_contract_with_a_digit_flood_is_e_resource_with_a_short_message():
         hndl.resolve("linear()", input_shape=("B", 10**5000), output_shape=("B", 8))
     assert error.value.code == "E_RESOURCE" and "about 5001 digits" in error.value.message
     assert len(str(error.value)) < 500
+
+
+# -- every message is bounded and inert (issue 29, items 11 and 12) ------------------------------
+
+OSC52 = "\x1b]52;c;aGVsbG8=\x07"
+
+
+def test_a_terminal_escape_anywhere_in_an_error_is_shown_escaped():
+    error = HNDLError("E_SCHEMA", f"state key {OSC52!s} is unexpected", node=f"n{OSC52}", field=f"w\u202e{OSC52}",
+                      file="a\x9bb", chain=[f"fact {OSC52}"], remedies=[f"remove {OSC52}"])
+    text = str(error)
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text and "\x9b" not in text
+    assert "\\x1b]52;c;aGVsbG8=\\x07" in error.message
+    assert error.location.field == "w\\u202e\\x1b]52;c;aGVsbG8=\\x07" and error.location.file == "a\\x9bb"
+    assert error.chain == ("fact \\x1b]52;c;aGVsbG8=\\x07",)
+    assert error.remedies == ("remove \\x1b]52;c;aGVsbG8=\\x07",)
+
+
+def test_a_message_keeps_its_own_line_breaks_but_an_echoed_name_does_not():
+    error = HNDLError("E_SCHEMA", "first line\n\tsecond line", field="a\nb")
+    assert error.message == "first line\n\tsecond line"
+    assert error.location.field == "a\\x0ab"
+
+
+def test_a_megabyte_message_fact_remedy_or_name_is_cut_and_counted():
+    huge = "x" * (1 << 20)
+    error = HNDLError("E_SCHEMA", huge, node=huge, chain=[huge] * 5, remedies=[huge])
+    assert len(str(error)) < 40_000
+    assert error.message.endswith(f"... ({(1 << 20) - 4000} more characters)")
+    assert error.location.node.endswith(f"... ({1 << 20} characters)")
+    assert all(len(fact) < 4100 for fact in error.chain)
+
+
+def test_twenty_thousand_facts_end_in_a_count():
+    error = HNDLError("E_SCHEMA", "m", chain=[f"fact {index}" for index in range(20_000)])
+    assert len(error.chain) == 21 and error.chain[-1] == "... and 19980 more (fact lines not shown)"
+
+
+def test_bounding_is_idempotent_so_copies_and_pickles_keep_the_same_text():
+    error = HNDLError("E_SCHEMA", "y" * 10_000 + OSC52, field="f" * 1000, chain=["c"] * 50)
+    for again in (error.located(line=3), pickle.loads(pickle.dumps(error)), copy.deepcopy(error)):
+        assert again.message == error.message and again.chain == error.chain
+        assert again.location.field == error.location.field
+
+
+def test_echo_and_listed_bound_what_an_echo_site_shows():
+    from hndl.errors import echo, listed
+
+    assert echo("short") == "short"
+    assert echo(OSC52) == "\\x1b]52;c;aGVsbG8=\\x07"
+    assert echo("k" * 1000) == "k" * 60 + "... (1000 characters)"
+    assert echo(2 ** 5000).startswith("an integer of about")
+    assert listed(["a", "b", "c"]) == "a, b, c"
+    assert listed([f"key{index}" for index in range(20_000)]).endswith(", key19, ... and 19980 more")
+    assert len(listed(["z" * 100_000] * 100)) < 2_000
