@@ -15,7 +15,7 @@ from typing import Any, Iterable, NoReturn, Optional
 from .errors import HNDLError, shown
 
 __all__ = [
-    "MISSING", "ARG_TYPES", "MAX_SEQUENCE_ITEMS", "MAX_STRING_BYTES", "MAX_INT", "MAX_EXTENT", "FLOAT32_MAX", "Arg",
+    "MISSING", "ARG_TYPES", "MAX_SEQUENCE_ITEMS", "MAX_STRING_BYTES", "MAX_INT", "MAX_EXTENT", "FLOAT32_MAX", "LARGEST_FINITE", "Arg",
     "TensorCount", "registry_error",
 ]
 
@@ -35,6 +35,8 @@ MAX_EXTENT = 2**31 - 1
 #: Python float argument to the compute dtype's scalar type (float32 at the widest) and refuses one
 #: that overflows (``value cannot be converted to type float without overflow``).
 FLOAT32_MAX = float.fromhex("0x1.fffffep+127")
+#: The largest finite value of each compute dtype (``torch.finfo(dtype).max``, without importing torch).
+LARGEST_FINITE = {"float32": FLOAT32_MAX, "float16": 65504.0, "bfloat16": float.fromhex("0x1.fep+127")}
 
 _BOUNDED_TYPES = (int, float, "pair", "ints")
 _CHOICE_TYPES = (str, "strs")

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, NoReturn, Optional, Sequenc
 
 from .arg import (  # Arg lives in hndl.arg; these names stay importable from here
     ARG_TYPES,
+    LARGEST_FINITE,
     MAX_INT,
     MAX_SEQUENCE_ITEMS,
     MAX_STRING_BYTES,
@@ -208,8 +209,26 @@ class OperatorSpec:
     @functools.cached_property
     def tensor_value_args(self) -> tuple[str, ...]:
         """Arguments declared ``tensor_value=True``: values the module writes into a tensor of the
-        compute dtype, which a build checks against that dtype's range."""
+        compute dtype, so they must lie within that dtype's range (``check_tensor_values``)."""
         return tuple(name for name, arg in self.args.items() if arg.tensor_value)
+
+    def check_tensor_values(self, args: Mapping[str, Any], dtype: str, node: str) -> None:
+        """E_ARGUMENT unless every ``tensor_value`` argument fits the compute ``dtype``: torch would
+        round 70000.0 to inf in float16 silently, or refuse it on the first call. Resolution and
+        restoration both check, so every plan that exists builds."""
+        largest = LARGEST_FINITE.get(dtype)
+        for name in self.tensor_value_args if largest is not None else ():
+            value = args.get(name)
+            if value is not None and abs(value) > largest:
+                raise HNDLError(
+                    "E_ARGUMENT",
+                    f"node {node!r} ({self.alias}): {name}={value!r} does not fit the compute dtype {dtype}, "
+                    f"whose largest finite value is {largest!r}",
+                    node=node,
+                    field=name,
+                    remedies=(f"Give {name} a magnitude of at most {largest!r}, or resolve with the float32 "
+                              f"compute dtype.",),
+                )
 
     @functools.cached_property
     def dim_args(self) -> Mapping[str, str]:

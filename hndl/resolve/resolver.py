@@ -191,6 +191,8 @@ def _freeze_plan(
     for port in graph.contracts.inputs:
         _bound_elements(tensors[f"input:{port.name}"], max_elements, None, port.name)
     _require_complete(states)
+    for state in states:
+        state.spec.check_tensor_values(state.args, graph.contracts.dtype, state.node.id)
     checked: set[int] = set()  # a tensor is bounded once, at the first port that shows it
     for state in states:
         for ports in (state.inputs, state.outputs):

@@ -66,6 +66,8 @@ def _revalidate(plan, registry, limits: Mapping[str, int]) -> None:
     order = execution_order(graph, max_nodes=limits["max_nodes"], max_edges=limits["max_edges"])
     if [node.id for node in order] != [node.id for node in plan.nodes]:
         raise HNDLError("E_INTEGRITY", "saved node order is not the stable topological order")
+    for saved in plan.nodes:
+        registry.by_identity(saved.op).check_tensor_values(saved.args, plan.dtype, saved.id)
     shapes = _saved_shapes(plan)
     try:
         _check_nodes_alone(plan, graph, order, shapes, limits)

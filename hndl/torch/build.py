@@ -13,8 +13,7 @@ node's constructor at the first module past the bound, on the meta device and fo
 ``limits['max_state_bytes']`` is checked by the meta pass before anything is allocated; its default
 follows the target device's memory (``state_budget``), and state whose size overflows torch's int64
 arithmetic is E_RESOURCE there too. An allocation that fails anyway is E_RESOURCE naming the node,
-and whatever the build had made is released. Before any of it, every argument declared
-``tensor_value`` must fit the compute dtype (``check_tensor_values``).
+and whatever the build had made is released.
 """
 
 from __future__ import annotations
@@ -97,32 +96,8 @@ def construct(
     check_seed(initialization_seed)
     budget = state_budget(checked, target, explicit=isinstance(limits, Mapping) and "max_state_bytes" in limits)
     with limits_in_force(checked), active_specs(plan, registry) as specs:
-        check_tensor_values(plan, specs)
         return _construct(plan, module_class, specs, TORCH_DTYPES[plan.dtype], target, initialization_seed,
                           checked, budget)
-
-
-def check_tensor_values(plan: ResolvedPlan, specs: Mapping[str, OperatorSpec]) -> None:
-    """Every argument declared ``tensor_value`` fits the plan's compute dtype (E_ARGUMENT naming the
-    node, the argument and the dtype): torch would round 70000.0 to inf in float16 silently, or
-    refuse it on the first call."""
-    dtype = TORCH_DTYPES[plan.dtype]
-    if not dtype.is_floating_point:
-        return
-    largest = torch.finfo(dtype).max
-    for node in plan.nodes:
-        for name in specs[node.id].tensor_value_args:
-            value = node.args.get(name)
-            if value is not None and abs(value) > largest:
-                raise HNDLError(
-                    "E_ARGUMENT",
-                    f"node {node.id!r} ({node.op}): {name}={value!r} does not fit the compute dtype {plan.dtype}, "
-                    f"whose largest finite value is {largest!r}",
-                    node=node.id,
-                    field=name,
-                    remedies=(f"Give {name} a magnitude of at most {largest!r}, or resolve the plan with the "
-                              f"float32 compute dtype.",),
-                )
 
 
 #: Seeds an isolated construction scope accepts: every value torch's generators take as itself.

@@ -427,17 +427,32 @@ def test_state_whose_size_overflows_torch_is_e_resource_before_any_allocation(so
     ("hardtanh(max_val=100000.0)", "max_val", "float16", "65504"),
     ("hardtanh(-70000.0)", "min_val", "float16", "65504"),
 ])
-def test_a_value_the_compute_dtype_cannot_hold_is_refused_at_build_naming_node_argument_and_dtype(
+def test_a_value_the_compute_dtype_cannot_hold_is_refused_at_resolution_naming_node_argument_and_dtype(
         source, field, dtype, largest):
     """layer_scale(70000.0) in float16 used to build a gamma of inf silently; hardtanh's bounds
-    failed on the first call (``value cannot be converted to type c10::Half``)."""
-    plan = _resolved(source, SEQUENCE, dtype=dtype)
-    error = _refused(lambda: build(plan, device="cpu", registry=REGISTRY), "E_ARGUMENT", field)
+    failed on the first call (``value cannot be converted to type c10::Half``). Every plan that
+    resolves must build, so the value is refused where the compute dtype is chosen."""
+    error = _refused(lambda: _resolved(source, SEQUENCE, dtype=dtype), "E_ARGUMENT", field)
     assert error.location.node == "n0" and dtype in error.message and largest in error.message, error
     assert any(field in remedy for remedy in error.remedies), error
     float32 = _resolved(source, SEQUENCE)  # the same value is fine in float32
     module = build(float32, device="cpu", registry=REGISTRY)
     assert all(torch.isfinite(tensor).all() for tensor in module.state_dict().values())
+
+
+def test_a_re_signed_float16_plan_holding_a_value_float16_cannot_hold_is_refused_when_restored():
+    """A float32 plan's layer_scale(70000.0), re-signed as a float16 plan with valid digests."""
+    import json
+
+    from hndl import persist
+
+    record = json.loads(_resolved("layer_scale(70000.0)", SEQUENCE).to_json())
+    record["dtype"] = record["input_dtype"] = "float16"
+    semantic = persist.digest_of(persist.semantic_record(record))
+    body = persist.fields_body(record)
+    text = persist.with_digests(body, semantic, persist.sha256_of(persist.with_digests(body, semantic)))
+    error = _refused(lambda: hndl.ResolvedPlan.from_json(text.decode("utf-8")), "E_INTEGRITY", "init_value")
+    assert error.location.node == "n0" and "float16" in error.message and "65504" in error.message, error
 
 
 def test_a_re_signed_plan_with_init_value_1e308_is_refused_when_restored():

@@ -25,7 +25,7 @@ def _validate(args) -> None:
     validate=_validate,
     args={
         "min_val": Arg(float, -1.0, tensor_value=True,
-                       help="Lower clipping bound; must be below max_val and fit the compute dtype (a build "
+                       help="Lower clipping bound; must be below max_val and fit the compute dtype (resolution "
                             "refuses magnitudes above 65504 in float16)."),
         "max_val": Arg(float, 1.0, tensor_value=True,
                        help="Upper clipping bound; must be above min_val and fit the compute dtype."),

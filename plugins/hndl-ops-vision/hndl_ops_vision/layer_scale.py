@@ -31,7 +31,7 @@ def _broadcast(gamma: torch.Tensor, rank: int) -> torch.Tensor:
     args={
         "init_value": Arg(float, 1e-6, tensor_value=True,
                           help="The value every scale starts at (1e-6 in ConvNeXt; CaiT uses 1e-5 to 1e-6 by depth). "
-                               "It must fit the compute dtype: a build refuses more than 65504 in float16."),
+                               "It must fit the compute dtype: resolution refuses more than 65504 in float16."),
     },
     category="block",
     examples=(
