@@ -225,6 +225,9 @@ def test_an_interrupt_kills_the_renderer_and_its_group(tmp_path):
         signal.pthread_kill(main, signal.SIGINT)
 
     interrupter = threading.Thread(target=interrupt_once_started)
+    # Ctrl-C raises KeyboardInterrupt only where Python installed its handler; a process started in
+    # the background (`make test &`, some CI runners) inherits SIGINT ignored, so install it here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         interrupter.start()
         with pytest.raises(KeyboardInterrupt):
@@ -234,6 +237,7 @@ def test_an_interrupt_kills_the_renderer_and_its_group(tmp_path):
         assert len(pids) == 2 and wait_until_gone(pids), "an interrupted render left its renderer running"
     finally:
         interrupter.join()
+        signal.signal(signal.SIGINT, previous)
         stop_leftovers(read_pids(pids_file))
 
 
