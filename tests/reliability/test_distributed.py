@@ -79,12 +79,26 @@ WORKER = textwrap.dedent(
         after[key] = value.detach().clone()
     dist.barrier()
     dist.destroy_process_group()
+    result = os.path.join(directory, f"rank{rank}.pt")
     torch.save({
         "keys": list(model.state_dict()),
         "digest": model.plan.semantic_digest,
         "initial": initial,
         "after": after,
-    }, os.path.join(directory, f"rank{rank}.pt"))
+    }, result + ".tmp")
+    os.replace(result + ".tmp", result)
+    # Rank 0 hosts the rendezvous store: it stays up until every other rank has finished its
+    # teardown (a client whose store vanished mid-teardown aborted in C++, about one run in ten
+    # under load), and no rank runs interpreter finalization with torch's threads still alive.
+    if rank == 0:
+        import time
+        deadline = time.monotonic() + 120
+        others = [os.path.join(directory, f"rank{other}.pt") for other in range(1, world)]
+        while not all(os.path.exists(path) for path in others) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
     """
 )
 
