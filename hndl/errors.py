@@ -133,9 +133,10 @@ MAX_LISTED = 20
 
 #: Characters a terminal may act on (C0 and C1 controls, DEL, bidirectional overrides and
 #: isolates, line and paragraph separators); messages carry them as visible escapes instead.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_TERMINAL_ACTIVE = "\\x7f-\\x9f\\u200e\\u200f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
+_CONTROLS = re.compile(f"[\\x00-\\x1f{_TERMINAL_ACTIVE}]")
 #: The same, less the line breaks and tabs that lay out HNDL's own multi-line messages.
-_CONTROLS_BUT_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROLS_BUT_LAYOUT = re.compile(f"[\\x00-\\x08\\x0b-\\x1f{_TERMINAL_ACTIVE}]")
 
 
 def escaped(text: str, *, keep_layout: bool = False) -> str:

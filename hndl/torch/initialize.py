@@ -28,7 +28,7 @@ from ..construction import (
     check_initialization_record,
     check_trainability_record,
 )
-from ..errors import HNDLError
+from ..errors import HNDLError, listed
 
 __all__ = ["check_targets", "apply_initialization", "apply_trainability", "scheme_reach"]
 
@@ -40,13 +40,7 @@ _MAX_LISTED = 40
 
 
 def _listing(names: Iterable[str]) -> str:
-    names = list(names)
-    if not names:
-        return "(none: the module registers no parameters)"
-    shown = ", ".join(names[:_MAX_LISTED])
-    if len(names) > _MAX_LISTED:
-        shown += f", ... and {len(names) - _MAX_LISTED} more"
-    return shown
+    return listed(names, limit=_MAX_LISTED, show=str) or "(none: the module registers no parameters)"
 
 
 def _shape(t: torch.Tensor) -> str:

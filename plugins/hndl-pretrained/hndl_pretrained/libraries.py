@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from hndl import HNDLError
+from hndl.errors import echo, listed
 
 from .sources import Checkpoint, Source, fail, require
 
@@ -83,10 +84,8 @@ TIMM_REFERENCES = ("architecture", "backbone")
 
 
 def listing(names, limit: int = _LISTED) -> str:
-    """A bounded, comma-separated listing for error messages."""
-    names = list(names)
-    shown = ", ".join(names[:limit]) or "none"
-    return shown + (f", ... and {len(names) - limit} more" if len(names) > limit else "")
+    """A bounded, escaped, comma-separated listing of checkpoint names for error messages ("none" when empty)."""
+    return listed(names, limit=limit, show=lambda name: echo(str(name), 200)) or "none"
 
 
 def _float32(state: Mapping[str, torch.Tensor]) -> dict:
