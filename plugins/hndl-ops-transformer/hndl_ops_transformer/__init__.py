@@ -7,6 +7,7 @@ them to whichever registry opted this pack in.
 from hndl.packs import hookimpl
 
 from .attention import Attention
+from .attention_v1 import AttentionV1
 from .feed_forward import FeedForward
 from .feed_forward_v1 import FeedForwardV1
 from .learned_tokens import LearnedTokens
@@ -17,7 +18,7 @@ from .transformer_block import TransformerBlock
 from .transformer_block_v1 import TransformerBlockV1
 
 OPERATORS: tuple[type, ...] = (PositionalEmbedding, Attention, FeedForward, TransformerBlock, MoE, LearnedTokens,
-                               PositionalEmbeddingV1, FeedForwardV1, TransformerBlockV1)
+                               PositionalEmbeddingV1, FeedForwardV1, TransformerBlockV1, AttentionV1)
 
 
 @hookimpl
