@@ -242,8 +242,29 @@ class OperatorSpec:
             return None
         return tuple(port.name for port in self.shape.inputs)
 
+    @functools.cached_property
+    def optional_inputs(self) -> frozenset[str]:
+        """Names of the optional input ports (``name?``): a call may leave them unbound."""
+        return frozenset(self.shape.optional_inputs)
+
+    @functools.cached_property
+    def required_inputs(self) -> tuple[str, ...]:
+        """Input ports every call binds, in declared order (variadic operators: none fixed)."""
+        if self.shape.variadic_input:
+            return ()
+        return tuple(port.name for port in self.shape.inputs if not port.optional)
+
+    def bound_inputs(self, bound: Iterable[str]) -> tuple[str, ...]:
+        """The declared input ports among ``bound``, in declared order: a node's input ports once
+        its unbound optional ports are left out (a variadic operator: ``bound`` as given)."""
+        if self.shape.variadic_input:
+            return tuple(bound)
+        present = set(bound)
+        return tuple(port for port in self.input_ports() if port in present)
+
     def input_ports(self, input_count: Optional[int] = None) -> tuple[str, ...]:
-        """Input port names in binding order; a variadic ``x*`` expands to ``x0..x{n-1}``."""
+        """Input port names in binding order, optional ports included; a variadic ``x*``
+        expands to ``x0..x{n-1}``."""
         fixed = self._fixed_input_ports
         if fixed is not None:
             return fixed

@@ -49,7 +49,7 @@ class Node:
     id: str
     spec: OperatorSpec
     args: dict[str, Any]  # explicit author arguments, not yet normalized
-    inputs: dict[str, Ref]  # port -> producer
+    inputs: dict[str, Ref]  # port -> producer; an unbound optional port is absent
     outputs: tuple[str, ...]
     policy: Optional[str] = None
     init: Any = None  # normalized initialization record, or None for the default
@@ -129,8 +129,9 @@ def _check_ports(node: Node) -> None:
                 f"{node.spec.alias} has no input port {port!r} (ports: {', '.join(declared)})",
                 **node.where(),
             )
+    optional = node.spec.optional_inputs
     for port in declared:
-        if port not in node.inputs:
+        if port not in node.inputs and port not in optional:
             raise HNDLError(
                 "E_BINDING",
                 f"{node.spec.alias} needs its input port {port!r} bound",

@@ -437,11 +437,17 @@ def _declared_order(spec, node: dict) -> tuple[str, ...]:
         ports = spec.input_ports(len(saved)) if spec.shape.variadic_input else spec.input_ports()
     except HNDLError:
         ports = ()
+    optional = spec.optional_inputs
+    if optional and set(saved) <= set(ports):
+        # An unbound optional port is simply absent from the saved node; a required one never is.
+        present = tuple(port for port in ports if port in saved or port not in optional)
+        if set(present) == set(saved):
+            ports = present
     if set(ports) != set(saved) or set(node["input_shapes"]) != set(saved) or set(node["output_shapes"]) != set(node["outputs"]):
         raise HNDLError(
             "E_BINDING",
             f"node {shown(node['id'])} saves input ports [{listed(sorted(saved))}], but {spec.qualified} declares "
-            f"[{listed(ports)}]",
+            f"[{listed(port + '?' if port in optional else port for port in ports)}]",
             node=node["id"],
             field="inputs",
         )

@@ -14,9 +14,13 @@ Grammar (whitespace is free between tokens)::
 
     signature := ports '->' ports
     ports     := port (',' port)*
-    port      := NAME ['*'] ( ['[' dims ']'] [':' DTYPE] | ':' DTYPE '[' dims ']' )
+    port      := NAME ['*' | '?'] ( ['[' dims ']'] [':' DTYPE] | ':' DTYPE '[' dims ']' )
     dims      := entry (',' entry)*          -- first entry is B
     entry     := 'B' | '...' | SYMBOL | K '*' SYMBOL | LITERAL
+
+``name?`` marks an optional input port: it follows every required input, is never the first
+input (which receives current), never variadic, and never an output. A call may leave it
+unbound; the node then simply lacks it.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ _SYMBOL = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _DIGITS = re.compile(r"[0-9]+\Z")
 _WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _SPACE_CHARS = frozenset(" \t\r\n")
-_PUNCTUATION = frozenset("[],*:")
+_PUNCTUATION = frozenset("[],*:?")
 
 _EXAMPLE = "x[B, ..., D_in] -> out[B, ..., D_out]"
 
@@ -79,12 +83,14 @@ class Dim:
 @dataclass(frozen=True)
 class PortPattern:
     """One declared port: its name (the prefix, for a variadic port), its axis pattern or
-    ``None`` when the DSL leaves it to ``relation=``, and its dtype."""
+    ``None`` when the DSL leaves it to ``relation=``, its dtype, and whether it is an optional
+    input (``name?``) a call may leave unbound."""
 
     name: str
     dims: Optional[tuple[Dim, ...]]
     dtype: str = "compute"
     variadic: bool = False
+    optional: bool = False
 
     @property
     def has_ellipsis(self) -> bool:
@@ -99,7 +105,7 @@ class PortPattern:
         return len(self.dims)
 
     def __str__(self) -> str:
-        text = self.name + ("*" if self.variadic else "")
+        text = self.name + ("*" if self.variadic else "") + ("?" if self.optional else "")
         if self.dims is not None:
             text += "[" + ", ".join(str(d) for d in self.dims) + "]"
         if self.dtype != "compute":
@@ -126,6 +132,16 @@ class ShapeSignature:
     def variadic_output(self) -> bool:
         """Whether the sole output port is variadic (``out*`` expanding to out0, out1, ...)."""
         return any(p.variadic for p in self.outputs)
+
+    @property
+    def optional_inputs(self) -> tuple[str, ...]:
+        """Names of the optional input ports (``name?``), in declared order."""
+        return tuple(p.name for p in self.inputs if p.optional)
+
+    @property
+    def required_inputs(self) -> tuple[PortPattern, ...]:
+        """The input ports every call binds, in declared order (all of them but the optional)."""
+        return tuple(p for p in self.inputs if not p.optional)
 
     def __str__(self) -> str:
         inputs = ", ".join(str(p) for p in self.inputs)
@@ -196,7 +212,7 @@ def _scan(text: str) -> list[_Token]:
                         i + 1, "Separate inputs from outputs with '->'.")
         else:
             raise _fail(text, f"unexpected character {ch!r}", i + 1,
-                        f"Use only names, integers, '[', ']', ',', '*', ':', '...' and '->', "
+                        f"Use only names, integers, '[', ']', ',', '*', '?', ':', '...' and '->', "
                         f"as in '{_EXAMPLE}'.")
     tokens.append(_Token("end", "", n, n))
     return tokens
@@ -274,22 +290,53 @@ class _Parser:
             if port.variadic and len(ports) > 1:
                 raise self.error(f"variadic port '{port.name}*' must be the sole {side} port",
                                  column, f"Declare '{port.name}*' alone on the {side} side.")
+        for index, (port, column) in enumerate(zip(ports, columns)):
+            if not port.optional:
+                if any(p.optional for p in ports[:index]):
+                    raise self.error(f"required {side} port '{port.name}' follows an optional "
+                                     f"port", column,
+                                     "Declare every optional port ('name?') after the required "
+                                     "input ports.")
+                continue
+            if side == "output":
+                raise self.error(f"output port '{port.name}?' cannot be optional", column,
+                                 "Only input ports may be optional; every output is produced.")
+            if index == 0:
+                raise self.error(f"the first input port '{port.name}' cannot be optional; it "
+                                 f"receives current", column,
+                                 "Declare a required input port first and the optional ports "
+                                 "after it.")
         return tuple(ports)
 
     def port(self, side: str) -> PortPattern:
-        """NAME ['*'] then a pattern and a dtype, each optional, in either order."""
+        """NAME ['*' | '?'] then a pattern and a dtype, each optional, in either order."""
         name = self.port_name()
         variadic = False
+        optional = False
         dims: Optional[tuple[Dim, ...]] = None
         dtype: Optional[str] = None
-        while self.peek().kind in ("*", "[", ":"):
+        while self.peek().kind in ("*", "?", "[", ":"):
             token = self.take()
             if token.kind == "*":
+                if optional:
+                    raise self.error(f"port '{name}' cannot be both optional and variadic",
+                                     token.column,
+                                     f"Declare '{name}' either as '{name}?' or as '{name}*'.")
                 if variadic or dims is not None or dtype is not None:
                     raise self.error("'*' must directly follow the port name", token.column,
                                      f"Write a variadic port as '{name}*', before any "
                                      f"pattern or dtype.")
                 variadic = True
+            elif token.kind == "?":
+                if variadic:
+                    raise self.error(f"port '{name}' cannot be both optional and variadic",
+                                     token.column,
+                                     f"Declare '{name}' either as '{name}?' or as '{name}*'.")
+                if optional or dims is not None or dtype is not None:
+                    raise self.error("'?' must directly follow the port name", token.column,
+                                     f"Write an optional port as '{name}?', before any "
+                                     f"pattern or dtype.")
+                optional = True
             elif token.kind == "[":
                 if dims is not None:
                     raise self.error(f"port '{name}' has a second pattern", token.column,
@@ -305,7 +352,7 @@ class _Parser:
                     raise self.error(f"port '{name}' has a second dtype", token.column,
                                      "Give each port at most one ':dtype'.")
                 dtype = self.dtype()
-        return PortPattern(name, dims, dtype or "compute", variadic)
+        return PortPattern(name, dims, dtype or "compute", variadic, optional)
 
     def port_name(self) -> str:
         token = self.peek()

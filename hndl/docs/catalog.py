@@ -134,9 +134,17 @@ def _ports(spec: OperatorSpec) -> list[str]:
     lines += ["| direction | port | pattern | dtype |", "| --- | --- | --- | --- |"]
     for direction, ports in (("input", spec.shape.inputs), ("output", spec.shape.outputs)):
         for port in ports:
-            name = port.name + ("*" if port.variadic else "")
+            name = port.name + ("*" if port.variadic else "") + ("?" if port.optional else "")
             pattern = "[" + ", ".join(map(str, port.dims)) + "]" if port.dims is not None else "(relation)"
             lines.append(f"| {direction} | `{name}` | `{pattern}` | {port.dtype} |")
+    optional = spec.shape.optional_inputs
+    if optional:
+        names = ", ".join(f"`{name}`" for name in optional)
+        lines += ["", f"Optional input port{'s' if len(optional) > 1 else ''} (marked `?`): {names}. A call binds "
+                  f"{'them' if len(optional) > 1 else 'it'} after the required tensors, by position or by keyword "
+                  f"(`{spec.alias}(..., {optional[0]}=t)`), or leaves {'them' if len(optional) > 1 else 'it'} "
+                  f"unbound; an unbound port is absent from the node and the saved plan, and the module receives "
+                  f"`None` in its place."]
     if spec.outputs_from:
         lines += ["", f"The number of output ports is fixed by the argument `{spec.outputs_from}`."]
     return lines + [""]

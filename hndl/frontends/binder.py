@@ -196,7 +196,10 @@ class Binder:
                 self._check_owner(symbol, where)
         if variadic:
             ports = self._check_variadic(spec, ports, where)
-        elif len(declared) == 1 and not ports:
+            return ports, values
+        required = declared_spec.required
+        if len(required) == 1 and required[0] not in ports:
+            # One required input: it falls back to current, whatever optional ports are bound.
             if self.current is None:
                 raise HNDLError(
                     "E_CURRENT",
@@ -204,9 +207,9 @@ class Binder:
                     **where,
                     remedies=(f"Pass the tensor explicitly, e.g. {spec.alias}(z1, ...).",),
                 )
-            return {declared[0]: self.current}, values
-        if len(ports) != len(declared) or (len(ports) > 1 and tuple(ports) != tuple(declared)):
-            missing = [port for port in declared if port not in ports]
+            ports[required[0]] = self.current
+        elif len(ports) != len(declared) or (len(ports) > 1 and tuple(ports) != tuple(declared)):
+            missing = [port for port in required if port not in ports]
             if missing:
                 raise HNDLError(
                     "E_BINDING",
@@ -214,7 +217,9 @@ class Binder:
                     **where,
                     remedies=(f"Pass {', '.join(missing)} explicitly; multi-input operators never use current.",),
                 )
-            return {port: ports[port] for port in declared}, values
+        if len(ports) > 1 and tuple(ports) != tuple(declared[:len(ports)]):
+            # Declared order, unbound optional ports left out (keywords may come in any order).
+            ports = {port: ports[port] for port in declared if port in ports}
         return ports, values
 
     def _check_variadic(self, spec: OperatorSpec, ports: dict[str, Symbol], where: dict) -> dict[str, Symbol]:
@@ -370,12 +375,14 @@ class Binder:
 class _Declared:
     """What binding needs from one declaration, derived once per binder instead of on every call."""
 
-    __slots__ = ("variadic_input", "variadic_output", "inputs", "input_set", "positional", "outputs")
+    __slots__ = ("variadic_input", "variadic_output", "inputs", "required", "input_set", "positional", "outputs")
 
     def __init__(self, spec: OperatorSpec) -> None:
         self.variadic_input = spec.shape.variadic_input
         self.variadic_output = spec.shape.variadic_output
         self.inputs = () if self.variadic_input else spec.input_ports()
+        #: The ports every call binds; the optional ones (``name?``) follow them in ``inputs``.
+        self.required = spec.required_inputs
         self.input_set = frozenset(self.inputs)
         arguments = _author_arguments(spec)
         positional = [name for name in spec.positional_args if name in arguments]

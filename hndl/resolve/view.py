@@ -1,7 +1,8 @@
 """The bounded view a relation function receives (§8): one node, never the solver itself.
 
 Every member only adds facts. Naming a port the operator does not declare is a bug in the
-declaration and fails with E_REGISTRY.
+declaration and fails with E_REGISTRY; so does asserting about an optional input port the call
+left unbound (``s.bound(port)`` says which; ``s.shape`` of such a port is None).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class NodeView:
     # -- reading -------------------------------------------------------------------------
     @property
     def inputs(self) -> tuple[str, ...]:
+        """The node's bound input ports in declared order (an unbound optional port is absent)."""
         return tuple(self._state.inputs)
 
     @property
@@ -44,20 +46,37 @@ class NodeView:
     def policy(self) -> Optional[str]:
         return self._state.policy
 
+    def bound(self, port: str) -> bool:
+        """Whether ``port`` is bound at this node: always for a required port, and for an
+        optional input port (``name?``) only when the call passed a tensor for it."""
+        state = self._state
+        if port in state.inputs or port in state.outputs:
+            return True
+        if port in state.spec.optional_inputs:
+            return False
+        self._tensor(port)  # an undeclared port: E_REGISTRY
+        return False
+
     def shape(self, port: str) -> Optional[list]:
-        """Known entries of ``port`` (None where unknown), or None while its rank is unknown."""
-        tensor = self._tensor(port)
+        """Known entries of ``port`` (None where unknown), or None while its rank is unknown
+        and for an unbound optional port."""
+        tensor = self._tensor(port, absent=True)
+        if tensor is None:
+            return None
         self._read[tensor] = None
         rendered = tensor.rendered()
         return None if rendered is None else list(rendered)
 
     def dtype(self, port: str) -> Optional[str]:
-        return self._tensor(port).dtype
+        """The dtype the port's edge carries; None for an unbound optional port."""
+        tensor = self._tensor(port, absent=True)
+        return None if tensor is None else tensor.dtype
 
     def batch(self, port: str) -> Optional[str]:
-        """The port's batch entry, ``B`` or a multiple such as ``2*B``, or None."""
-        tensor = self._tensor(port)
-        if tensor.dims is None:
+        """The port's batch entry, ``B`` or a multiple such as ``2*B``, or None (also for an
+        unbound optional port)."""
+        tensor = self._tensor(port, absent=True)
+        if tensor is None or tensor.dims is None:
             return None
         entry = tensor.facts.render(tensor.dims[0])
         return entry if isinstance(entry, str) else None
@@ -242,11 +261,24 @@ class NodeView:
         raise HNDLError(code, message, **self._state.node.where())
 
     # -- helpers -------------------------------------------------------------------------
-    def _tensor(self, port: str) -> TensorFacts:
+    def _tensor(self, port: str, absent: bool = False) -> Optional[TensorFacts]:
+        """The facts of ``port``. An unbound optional port gives None where ``absent`` allows
+        it (the reading members) and E_REGISTRY elsewhere: asserting about a tensor the call
+        did not pass is a bug in the relation, which must test ``s.bound(port)`` first."""
         state = self._state
         tensor = state.inputs.get(port) or state.outputs.get(port)
         if tensor is not None:
             return tensor
+        if port in state.spec.optional_inputs:
+            if absent:
+                return None
+            raise HNDLError(
+                "E_REGISTRY",
+                f"relation of {self.spec.alias} asserts about optional port {port!r}, which this call "
+                f"leaves unbound",
+                node=state.node.id,
+                remedies=(f"Guard the assertion with `if s.bound({port!r}):` in the relation.",),
+            )
         raise HNDLError(
             "E_REGISTRY",
             f"relation of {self.spec.alias} names port {port!r}, which it does not declare "

@@ -47,7 +47,7 @@ from .instantiate import (
     state_tensors,
 )
 from .plain_layers import as_torch_layer
-from .ports import TORCH_DTYPES
+from .ports import PORTS_TRAIT, TORCH_DTYPES
 
 
 def build(
@@ -419,14 +419,18 @@ def node_traits(spec: OperatorSpec) -> frozenset[str]:
     """What the runtime needs of a node's declaration, read once at build (never off the module's class).
 
     ``opaque``: its output contract is asserted, so checked on every call; ``unary``: one
-    non-variadic input port and one output port, so ``nn.Sequential`` can chain it.
+    non-variadic required input port and one output port, so ``nn.Sequential`` can chain it;
+    ``ports:x,bias``: the declared input ports of an operator with optional ports, so the
+    runtime passes None for each one a node leaves unbound (``ports.call_slots``).
     """
     shape = spec.shape
     traits = set()
     if spec.opaque:
         traits.add("opaque")
-    if not (shape.variadic_input or shape.variadic_output) and len(shape.inputs) == 1 and len(shape.outputs) == 1:
-        traits.add("unary")
+    if not (shape.variadic_input or shape.variadic_output) and len(spec.required_inputs) == 1 and len(shape.outputs) == 1:
+        traits.add("unary")  # optional ports aside: a chained call leaves them unbound (None)
+    if spec.optional_inputs:
+        traits.add(PORTS_TRAIT + ",".join(spec.input_ports()))
     return frozenset(traits)
 
 

@@ -428,7 +428,7 @@ class GraphModule(nn.Module):
             for port, value in zip(step.ports_in, args):
                 port.check(value, batch, device, loose, source, **step.location)
             try:
-                result = step.module(*args)
+                result = step.module(*step.arranged(args))
                 results = step.outputs(result)
             except Exception as error:
                 self._annotate(error, step, args, batch)
@@ -451,7 +451,7 @@ class GraphModule(nn.Module):
         """
         values = {f"input:{name}": inputs[name] for name in self._input_names}
         for step in self._steps:
-            results = step.outputs(step.module(*[values[ref] for ref in step.reads]))
+            results = step.outputs(step.module(*step.arranged([values[ref] for ref in step.reads])))
             for ref, value in zip(step.writes, results):
                 values[ref] = value
         return {name: values[ref] for name, ref in self._outputs}

@@ -17,7 +17,7 @@ values it reads and writes, its ports and its source location).
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -178,10 +178,28 @@ def _entry(value: Any, batch: str) -> tuple[bool, int, str]:
     return (True, batch_multiple(value, batch), str(value))
 
 
+#: The trait prefix under which ``build.node_traits`` records the declared input ports of an
+#: operator with optional input ports (``ports:x,bias,rope``): the runtime calls its module with
+#: every declared port in order, None for each one the node leaves unbound.
+PORTS_TRAIT = "ports:"
+
+
+def call_slots(traits: frozenset, bound: tuple[str, ...]) -> Optional[tuple[Optional[int], ...]]:
+    """Per declared input port, its index among the node's ``bound`` ports or None where the node
+    leaves it unbound; None when the node binds exactly the declared ports (the module takes
+    ``bound`` as they are)."""
+    declared = next((trait[len(PORTS_TRAIT):].split(",") for trait in traits if trait.startswith(PORTS_TRAIT)), None)
+    if declared is None or tuple(declared) == bound:
+        return None
+    position = {port: index for index, port in enumerate(bound)}
+    return tuple(position.get(port) for port in declared)
+
+
 class Step:
     """One node of the compiled program."""
 
-    __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where", "location", "release", "opaque")
+    __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where", "location", "release", "opaque",
+                 "slots")
 
     def __init__(self, module: nn.Module, node, batch: str, dtypes: tuple[Mapping[str, str], Mapping[str, str]],
                  traits: frozenset = frozenset(), casts: Mapping[torch.dtype, torch.dtype] = {}) -> None:
@@ -208,6 +226,17 @@ class Step:
         self.location = {"node": node_id, "line": line, "column": column}
         self.release: tuple = ()
         self.opaque = "opaque" in traits
+        #: None when the module takes exactly ``reads``; otherwise, per declared input position, the
+        #: index into ``reads`` or None for an unbound optional port (the module receives None there).
+        self.slots = call_slots(traits, tuple(inputs))
+
+    def arranged(self, args: Sequence[Any]) -> Sequence[Any]:
+        """The module's positional arguments: ``args`` (one per read) with None at each unbound
+        optional port's declared position."""
+        slots = self.slots
+        if slots is None:
+            return args
+        return [None if index is None else args[index] for index in slots]
 
     def check_outputs(self, batch: int, device: torch.device, source: str, *values: Any) -> None:
         """An opaque node's asserted output contract, checked on every call (E_RUNTIME)."""

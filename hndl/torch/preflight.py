@@ -34,8 +34,9 @@ from ..errors import HNDLError
 from ..limits import limits_in_force, validate_limits
 from ..plan import ResolvedPlan
 from ..registry import Registry
-from .build import active_specs, build, check_device, port_dtypes, seed_problem
+from .build import active_specs, build, check_device, node_traits, port_dtypes, seed_problem
 from .instantiate import meta_module, registered_bytes
+from .ports import call_slots
 
 __all__ = ["dry_run", "preflight"]
 
@@ -87,7 +88,11 @@ def dry_run(
                             f"above max_state_bytes={checked['max_state_bytes']}",
                             node=node.id,
                         )
-                    outputs = _run_meta(module, node, [values[ref] for ref in node.inputs.values()])
+                    slots = call_slots(node_traits(specs[node.id]), tuple(node.inputs))
+                    args = [values[ref] for ref in node.inputs.values()]
+                    if slots is not None:  # None at each unbound optional port's position
+                        args = [None if index is None else args[index] for index in slots]
+                    outputs = _run_meta(module, node, args)
                 if outputs is None:
                     report[node.id] = None
                     outputs = tuple(

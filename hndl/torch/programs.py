@@ -136,7 +136,7 @@ def fast_program(graph: nn.Module) -> tuple[Callable, Callable, dict[int, int], 
             local[ref] = register
             targets.append(register)
         bound[f"m{index}"] = step.module
-        call = f"m{index}({', '.join(args)})"
+        call = f"m{index}({', '.join('None' if name is None else name for name in step.arranged(args))})"
         if len(step.writes) == 1 and graph._bare[index]:
             body.append((index, f"{targets[0]} = {call}"))
         else:
@@ -270,7 +270,7 @@ def traced_program(graph: nn.Module) -> tuple[Callable, Callable]:
         check(argument, graph._inputs[index][1], f"None, {index}")
     local = {f"input:{name}": argument for name, argument in zip(names, arguments)}
     for index, step in enumerate(graph._steps):
-        args = ", ".join(local[ref] for ref in step.reads)
+        args = ", ".join("None" if name is None else name for name in step.arranged([local[ref] for ref in step.reads]))
         for position, (port, ref) in enumerate(zip(step.ports_in, step.reads)):
             check(local[ref], port, f"{index}, {position}")
         bound[f"m{index}"] = step.module
