@@ -18,6 +18,7 @@ from ..graph import Graph, execution_order
 from ..limits import limits_in_force
 from ..plan import DEFAULT_INITIALIZATION, DEFAULT_TRAINABILITY, PlanNode, ResolvedPlan, freeze
 from ..shape_text import format_shape
+from . import ranks as ranks_local
 from .facts import SUPPORTED_RANKS, Facts, TensorFacts
 from .patterns import NodeState
 from .sweep import build_tensors, check_dtypes, node_state, sweep
@@ -78,8 +79,10 @@ def _seed(tensor: TensorFacts, shape: tuple, what: str, facts: Facts, field: str
 
 
 # -- step 4b: ranks the sweep left open ------------------------------------------------------
-#: How many trial solves the rank search may run in one resolution (each is one full step 2-4).
-MAX_RANK_TRIALS = 24
+#: How many trial solves of the whole graph the rank search may run in one resolution, unless
+#: ``limits["max_rank_trials"]`` says otherwise. A trial of a region (ranks.py) counts as the
+#: fraction of the graph's nodes it solves. Past the budget the search fails with E_RESOURCE.
+MAX_RANK_TRIALS = 256
 #: The codes that show a trial rank is impossible; any other failure leaves the rank possible.
 CONTRADICTIONS = ("E_CONSTRAINT", "E_RESHAPE")
 
@@ -93,23 +96,38 @@ def _settle_ranks(graph: Graph, order: list, limits: Mapping[str, int], solved: 
     rejects rank 4); they cannot narrow a rank nobody has asserted yet. So for a tensor the
     sweep left unranked, the solver tries each supported rank in turn and keeps the ranks
     whose sweep does not contradict. A single survivor is a consequence of the facts, not a
-    guess, and its trial state is the one kept. Several survivors are left for the completeness
-    check to report, with the ranks that fit; tensors whose rank every surviving trial fixed
-    follow the tried one and are not tried again in that pass. Specifications whose ranks the
-    sweep settles never come here, so their plans are unchanged.
+    guess. Each trial first solves only the tensor's region (ranks.py): the ranks every region
+    proves are asserted together in one full solve, so a network with one open reshape per
+    block costs a few small solves per block, not a whole-graph solve per block. A tensor the
+    region leaves open (or refutes at every rank, whose message a full trial then gives) is
+    tried on the whole graph; tensors whose rank every surviving trial fixed follow the tried
+    one and are not tried again in that pass. Several survivors are left for the completeness
+    check to report, with the ranks that fit. The search never gives up silently: past its
+    budget it fails with E_RESOURCE. Specifications whose ranks the sweep settles never come
+    here, so their plans are unchanged.
     """
-    trials = 0
+    budget = _TrialBudget(limits.get("max_rank_trials", MAX_RANK_TRIALS), "max_rank_trials" in limits)
     ranks: dict[str, tuple[int, str]] = {}
     while True:
+        open_keys = [key for key, tensor in solved.tensors.items() if tensor.rank is None]
+        if not open_keys:
+            return solved
+        proven, undecided = _local_pass(solved, open_keys, limits, budget)
+        if proven:
+            budget.spend(1, solved)
+            ranks.update(proven)
+            outcome = _solve(graph, order, limits, ranks)
+            for key, (_, reason) in proven.items():
+                outcome.tensors[key].rank_reason = reason
+            solved = outcome
+            continue
         settled = False
         followers: set[str] = set()
-        for key in [key for key, tensor in solved.tensors.items() if tensor.rank is None]:
+        for key in undecided:
             tensor = solved.tensors[key]
             if tensor.rank is not None or key in followers:
                 continue
-            if trials + len(SUPPORTED_RANKS) > MAX_RANK_TRIALS:
-                return solved
-            trials += len(SUPPORTED_RANKS)
+            budget.spend(len(SUPPORTED_RANKS), solved)
             outcomes = {
                 rank: _trial(graph, order, limits, {**ranks, key: (rank, f"{tensor.label} tried at rank {rank}")})
                 for rank in SUPPORTED_RANKS
@@ -126,17 +144,88 @@ def _settle_ranks(graph: Graph, order: list, limits: Mapping[str, int], solved: 
                 ranks[key] = (rank, reason)
                 outcome.tensors[key].rank_reason = reason
                 solved, settled = outcome, True
-                continue
+                break  # the regions of the other open tensors may prove them now
             tensor.rank_options = tuple(fitting)
             states = [outcomes[rank] for rank in fitting]
             if all(isinstance(state, _Solved) for state in states):
-                for other, was in solved.tensors.items():
-                    if was.rank is None and all(state.tensors[other].rank is not None for state in states):
-                        followers.add(other)
-                        options = tuple(sorted({state.tensors[other].rank for state in states}))
-                        was.rank_options = options if len(options) > 1 else None
+                _follow(solved.tensors, [state.tensors for state in states], followers)
         if not settled:
             return solved
+
+
+class _TrialBudget:
+    """The rank search's allowance of whole-graph trial solves (E_RESOURCE once spent)."""
+
+    def __init__(self, allowance: int, from_limits: bool) -> None:
+        self.allowance = allowance
+        self.from_limits = from_limits
+        self.spent = 0.0
+
+    def spend(self, solves: float, solved: _Solved) -> None:
+        self.spent += solves
+        if self.spent > self.allowance:
+            open_labels = [tensor.label for tensor in solved.tensors.values() if tensor.rank is None]
+            shown = ", ".join(open_labels[:8]) + (f" and {len(open_labels) - 8} more" if len(open_labels) > 8 else "")
+            raise HNDLError(
+                "E_RESOURCE",
+                f"the rank search needs more than max_rank_trials={self.allowance} trial solves of the graph "
+                f"to settle the ranks of {shown}",
+                remedies=(
+                    "Fix these ranks where the tensors are made: give every non-batch axis of a shape "
+                    "argument (one entry per axis), or connect them to an operator or a contract of one rank.",
+                    "Raise limits['max_rank_trials']." if self.from_limits else
+                    f"Raise hndl.resolve.resolver.MAX_RANK_TRIALS (now {self.allowance}).",
+                ),
+            )
+
+
+def _local_pass(
+    solved: _Solved, open_keys: list[str], limits: Mapping[str, int], budget: _TrialBudget
+) -> tuple[dict[str, tuple[int, str]], list[str]]:
+    """Try every open tensor on its region: (the ranks proven, the tensors left to full trials)."""
+    tensors, states = solved.tensors, solved.states
+    topo = ranks_local.topology(tensors, states)
+    whole = max(len(states), 1)
+    proven: dict[str, tuple[int, str]] = {}
+    undecided: list[str] = []
+    followers: set[str] = set()
+    for key in open_keys:
+        if key in followers:
+            continue
+        tensor = tensors[key]
+        part = ranks_local.region(key, tensors, states, topo)
+        budget.spend(len(SUPPORTED_RANKS) * len(part.states) / whole, solved)
+        outcomes = {
+            rank: ranks_local.local_trial(key, rank, f"{tensor.label} tried at rank {rank}", part, tensors, states,
+                                          topo, solved.facts, limits["max_iterations"])
+            for rank in SUPPORTED_RANKS
+        }
+        fitting = [rank for rank, outcome in outcomes.items() if ranks_local.fits(outcome, CONTRADICTIONS)]
+        if len(fitting) == 1:
+            rank = fitting[0]
+            errors = {other: outcome.error for other, outcome in outcomes.items()}
+            proven[key] = (rank, _only_rank_reason(tensor.label, rank, errors))
+            survivor = outcomes[rank].tensors
+            followers.update(other for other in part.keys if tensors[other].rank is None and survivor[other].rank is not None)
+            continue
+        if not fitting or not part.whole:
+            undecided.append(key)  # a full trial gives the exact contradiction, or what the region cannot see
+            continue
+        # The region is the whole graph: the ranks that fit it are the ranks that fit.
+        tensor.rank_options = tuple(fitting)
+        if all(outcomes[rank].tensors is not None for rank in fitting):
+            _follow(tensors, [outcomes[rank].tensors for rank in fitting], followers, keys=part.keys)
+    return proven, undecided
+
+
+def _follow(tensors: Mapping[str, TensorFacts], trials: list, followers: set[str], keys=None) -> None:
+    """Tensors every surviving trial ranked follow the tried one, with the ranks they took."""
+    for other in tensors if keys is None else keys:
+        was = tensors[other]
+        if was.rank is None and all(trial[other].rank is not None for trial in trials):
+            followers.add(other)
+            options = tuple(sorted({trial[other].rank for trial in trials}))
+            was.rank_options = options if len(options) > 1 else None
 
 
 def _trial(graph: Graph, order: list, limits: Mapping[str, int], ranks) -> Union[_Solved, HNDLError]:
