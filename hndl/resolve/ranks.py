@@ -91,6 +91,11 @@ def local_trial(
     try:
         seeded = _seed_region(part.keys, tensors, facts, local)
         trial_states = [_copy_state(states[index], seeded, topo, local) for index in part.states]
+    except HNDLError:
+        # The settled facts always agree with themselves; should copying them fail, the region
+        # proves nothing and the rank goes to a full trial.
+        return LocalOutcome(None, None)
+    try:
         seeded[key].set_rank(rank, reason)
         sweep(trial_states, max_iterations)
     except HNDLError as error:
