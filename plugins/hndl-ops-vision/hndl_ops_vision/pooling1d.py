@@ -5,10 +5,15 @@ of §6 to the length axis, with the channel count passed through:
 
     L_out = floor((L + 2p - d(k - 1) - 1) / s + 1)     (d = 1 for avg_pool1d)
 
+or, with ``ceil_mode`` (version 2), pooling.py's ceil-mode form L_out = ceil((L + m) / s),
+m = min(2p - d(k - 1) - 1 + s, p): rounded up, every window starting inside the signal or its
+left padding.
+
 As for the 2-D pools, an omitted stride equals kernel_size and is recorded as inferred, and
 a known output length bounds the input to an interval of s lengths, intersected with other
-facts and fixed once it collapses. The equation itself is convolution.window_relation and the
-padding rule is pooling.validate_padding; this module only maps one integer per field onto them.
+facts and fixed once it collapses. The equations are pooling.pool_windows' (floor mode is
+convolution.window_relation) and the padding rule is pooling.validate_padding; this module
+only maps one integer per field onto them.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from typing import Any, Mapping
 from hndl import Arg
 from hndl.arg import MAX_EXTENT
 
-from .convolution import SIGNAL_AXIS, window_relation
-from .pooling import validate_padding
+from .convolution import SIGNAL_AXIS
+from .pooling import pool_windows, validate_padding
 
 
 def pooling1d_args(**extra: Arg) -> dict[str, Arg]:
@@ -41,9 +46,8 @@ def validate_padding1d(args: Mapping[str, Any]) -> None:
 
 
 def pool1d_relation(s) -> None:
-    """Fill an omitted stride with kernel_size, then apply the window equation to L."""
+    """Fill an omitted stride with kernel_size, then apply the window equation of the node's mode to L."""
     args = s.args
     if "stride" not in args:
         s.arg("stride", args["kernel_size"])
-    window_relation(s, ((SIGNAL_AXIS, args["kernel_size"], args["stride"], args["padding"],
-                         args.get("dilation", 1)),))
+    pool_windows(s, ((SIGNAL_AXIS, args["kernel_size"], args["stride"], args["padding"], args.get("dilation", 1)),))

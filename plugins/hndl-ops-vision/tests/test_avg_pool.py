@@ -1,7 +1,8 @@
-"""avg_pool2d@1 (alias avg_pool): the pooling equation per axis, stride defaulting to the
-kernel (recorded as inferred), interval inversion of the input, count_include_pad, numerics
-against nn.AvgPool2d and a handwritten window mean (forward and input gradient),
-gradcheck/gradgradcheck in float64, and every error code."""
+"""avg_pool2d@2 (alias avg_pool): the pooling equation per axis in floor and ceil mode, stride
+defaulting to the kernel (recorded as inferred), interval inversion of the input,
+count_include_pad (with ceil mode's divisor rule), numerics against nn.AvgPool2d and a
+handwritten window mean (forward and input gradient), gradcheck/gradgradcheck in float64,
+every error code, and the public harness."""
 
 import pytest
 import torch
@@ -40,10 +41,11 @@ def _window_mean(x, k, s, p, count_include_pad):
 
 def test_declaration():
     spec = spec_of(AvgPool)
-    assert spec.alias == "avg_pool" and spec.qualified == "avg_pool2d@1"
+    assert spec.alias == "avg_pool" and spec.qualified == "avg_pool2d@2"
     assert spec.category == "pooling"
     assert spec.positional_args == ("kernel_size",)
     assert spec.args["stride"].inferable and spec.args["count_include_pad"].default is True
+    assert spec.args["ceil_mode"].default is False and not spec.args["ceil_mode"].positional
     assert "dilation" not in spec.args
     assert spec.reference is not None and spec.validate is not None
     assert all(arg.help for arg in spec.args.values())
@@ -135,7 +137,7 @@ def test_gradcheck_and_gradgradcheck_in_float64():
 @pytest.mark.parametrize(
     "args",
     ["0", "-2", "2, stride=0", "2, padding=-1", "(1, 2, 3)", "2.5", "True", "2, count_include_pad=1",
-     "2, dilation=2", "2, divisor_override=3"],
+     "2, dilation=2", "2, divisor_override=3", "2, ceil_mode=0"],
 )
 def test_invalid_arguments_are_argument_errors(args):
     assert _fails(f"avg_pool({args})", ("B", 2, 8, 8), ("B", 2, 4, 4)).code == "E_ARGUMENT"

@@ -1,6 +1,6 @@
-"""avg_pool1d@1: the [B, C, L] axis order, the pooling equation on the length axis, stride
-defaulting to the kernel (recorded as inferred), interval inversion of the input length,
-count_include_pad, numerics against nn.AvgPool1d and a handwritten window mean (forward and
+"""avg_pool1d@2: the [B, C, L] axis order, the pooling equation on the length axis (floor and
+ceil mode), stride defaulting to the kernel (recorded as inferred), interval inversion of the
+input length, count_include_pad (with ceil mode's divisor rule), numerics against nn.AvgPool1d and a handwritten window mean (forward and
 input gradient), gradcheck/gradgradcheck in float64, every error code, and the public harness."""
 
 import pytest
@@ -39,7 +39,7 @@ def _window_mean(x, k, s, p, count_include_pad):
 
 def test_declaration_documents_the_axis_order():
     spec = spec_of(AvgPool1d)
-    assert spec.alias == "avg_pool1d" and spec.qualified == "avg_pool1d@1"
+    assert spec.alias == "avg_pool1d" and spec.qualified == "avg_pool1d@2"
     assert spec.category == "pooling"
     assert str(spec.shape) == "x[B, C, L] -> out[B, C, L_out]"
     assert "[B, C, L]" in spec.docstring and "[B, T, D]" in spec.docstring
@@ -48,6 +48,7 @@ def test_declaration_documents_the_axis_order():
         assert spec.args[name].type is int
     assert spec.args["stride"].inferable and not spec.args["stride"].positional
     assert spec.args["padding"].default == 0 and spec.args["count_include_pad"].default is True
+    assert spec.args["ceil_mode"].default is False and not spec.args["ceil_mode"].positional
     assert "dilation" not in spec.args
     assert spec.relation is pool1d_relation and spec.validate is validate_padding1d
     assert spec.reference is not None and not spec.policies
@@ -61,7 +62,7 @@ def test_the_public_harness_passes():
 def test_omitted_stride_equals_the_kernel_and_is_recorded_as_inferred():
     plan = hndl.resolve("avg_pool1d(2)", input_shape=("B", 4, 9), output_shape=("B", 4, 4))
     node = plan.nodes[0]
-    assert node.args == {"kernel_size": 2, "stride": 2, "padding": 0, "count_include_pad": True}
+    assert node.args == {"kernel_size": 2, "stride": 2, "padding": 0, "ceil_mode": False, "count_include_pad": True}
     assert node.provenance["stride"] == "inferred" and node.provenance["count_include_pad"] == "default"
 
 

@@ -1,8 +1,9 @@
-"""max_pool1d@1: the [B, C, L] axis order, the pooling equation on the length axis (shared
-with max_pool and conv1d), stride defaulting to the kernel (recorded as inferred), interval
-inversion of the input length, numerics against nn.MaxPool1d and F.max_pool1d (forward and
-input gradient), gradcheck/gradgradcheck in float64 on inputs without ties, every error
-code, and the public harness."""
+"""max_pool1d@2: the [B, C, L] axis order, the pooling equation on the length axis in floor
+mode (shared with max_pool and conv1d) and ceil mode (shared with max_pool), stride defaulting
+to the kernel (recorded as inferred), interval inversion of the input length, numerics against
+nn.MaxPool1d and F.max_pool1d (forward and input gradient, ceil_mode included),
+gradcheck/gradgradcheck in float64 on inputs without ties, every error code, and the public
+harness."""
 
 import pytest
 import torch
@@ -38,7 +39,7 @@ def _distinct(*shape, dtype=torch.float32):
 
 def test_declaration_documents_the_axis_order():
     spec = spec_of(MaxPool1d)
-    assert spec.alias == "max_pool1d" and spec.qualified == "max_pool1d@1"
+    assert spec.alias == "max_pool1d" and spec.qualified == "max_pool1d@2"
     assert spec.category == "pooling"
     assert str(spec.shape) == "x[B, C, L] -> out[B, C, L_out]"
     assert "[B, C, L]" in spec.docstring and "[B, T, D]" in spec.docstring and "[B, C, L]" in spec.shape_text
@@ -48,6 +49,7 @@ def test_declaration_documents_the_axis_order():
         assert spec.args[name].type is int
     assert spec.args["stride"].inferable and not spec.args["stride"].positional
     assert spec.args["padding"].default == 0 and spec.args["dilation"].default == 1
+    assert spec.args["ceil_mode"].default is False and not spec.args["ceil_mode"].positional
     assert spec.relation is pool1d_relation and spec.validate is validate_padding1d
     assert spec.reference is not None and not spec.policies
     assert all(arg.help for arg in spec.args.values())
@@ -60,7 +62,7 @@ def test_the_public_harness_passes():
 def test_omitted_stride_equals_the_kernel_and_is_recorded_as_inferred():
     plan = hndl.resolve("max_pool1d(3)", input_shape=("B", 4, 10), output_shape=("B", 4, 3))
     node = plan.nodes[0]
-    assert node.args == {"kernel_size": 3, "stride": 3, "padding": 0, "dilation": 1}
+    assert node.args == {"kernel_size": 3, "stride": 3, "padding": 0, "dilation": 1, "ceil_mode": False}
     assert node.provenance["stride"] == "inferred" and node.provenance["kernel_size"] == "explicit"
     plan = hndl.resolve("max_pool1d(2, stride=1)", input_shape=("B", 4, 8), output_shape=("B", 4, 7))
     assert plan.nodes[0].args["stride"] == 1 and plan.nodes[0].provenance["stride"] == "explicit"
@@ -160,7 +162,7 @@ def test_gradcheck_and_gradgradcheck_in_float64_without_ties():
 @pytest.mark.parametrize(
     "args",
     ["0", "-2", "2, stride=0", "2, stride=-1", "2, padding=-1", "2, dilation=0", "(2, 2)", "2.0", "True",
-     "2, stride=(1, 1)", "2, ceil_mode=True", "2, 1"],
+     "2, stride=(1, 1)", "2, ceil_mode=1", "2, 1"],
 )
 def test_invalid_arguments_are_argument_errors(args):
     assert _fails(f"max_pool1d({args})", ("B", 2, 8), ("B", 2, 4)).code == "E_ARGUMENT"
