@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .errors import escaped
+from .errors import HNDLError, escaped
 from .plan_tables import shape_table
 from .plan_values import thaw
 
@@ -25,11 +25,20 @@ def _text(value: Any) -> str:
     return json.dumps(thaw(value), sort_keys=True, ensure_ascii=False)
 
 
-def describe(plan) -> str:
-    """The text of ``ResolvedPlan.describe()`` for ``plan``."""
+def describe(plan, registry=None) -> str:
+    """The text of ``ResolvedPlan.describe()`` for ``plan``.
+
+    A node whose operator declares optional input ports it leaves unbound names them; the
+    declarations come from ``registry``, else the active registry, else the built-in packs (a
+    node whose identity none of them holds is described without that line).
+    """
     lines = [shape_table(plan), "", escaped(f"semantic digest: {plan.semantic_digest}")]
+    declared = _declarations(registry)
     for node in plan.nodes:
         lines.append(escaped(f"node {node.id} ({node.op})"))
+        unbound = _unbound_optional(declared, node)
+        if unbound:
+            lines.append(escaped(f"  unbound optional ports: {', '.join(unbound)}"))
         entries = {name: escaped(f"{name} = {value!r}") for name, value in node.args.items()}
         width = max(map(len, entries.values()), default=0)
         derivations = node.source.get("derivations", {})
@@ -43,6 +52,32 @@ def describe(plan) -> str:
         lines.append(f"  initialization: {escaped(_text(node.initialization))}")
         lines.append(f"  trainability: {escaped(_text(node.trainability))}")
     return "\n".join(lines)
+
+
+def _declarations(registry):
+    """A lookup from identity to declaration (None when the identity is unknown)."""
+    if registry is None:
+        from .registry import Registry, active_registry
+
+        registry = active_registry()
+        if registry is None:
+            registry = Registry.builtins()
+
+    def lookup(identity: str):
+        try:
+            return registry.by_identity(identity)
+        except HNDLError:
+            return None
+
+    return lookup
+
+
+def _unbound_optional(declared, node) -> tuple[str, ...]:
+    """The optional input ports ``node``'s operator declares and the node leaves unbound."""
+    spec = declared(node.op)
+    if spec is None or not spec.optional_inputs:
+        return ()
+    return tuple(port for port in spec.input_ports() if port in spec.optional_inputs and port not in node.inputs)
 
 
 @dataclass(frozen=True)

@@ -170,10 +170,12 @@ class ResolvedPlan(_Frozen):
         """SHA-256 of the concrete graph, independent of frontend, locations and explanations."""
         return plan_encoding.semantic_digest(self)
 
-    def describe(self) -> str:
-        """The shape table, the semantic digest, and per node its argument provenance and
-        initialization/trainability records, enough to explain a changed field."""
-        return inspection.describe(self)
+    def describe(self, registry=None) -> str:
+        """The shape table, the semantic digest, and per node its argument provenance, the
+        optional input ports it leaves unbound, and its initialization/trainability records,
+        enough to explain a changed field. ``registry`` supplies the declarations (default: the
+        active registry, else the built-in packs)."""
+        return inspection.describe(self, registry)
 
     def diff(self, other: "ResolvedPlan") -> tuple:
         """The nodes and fields that differ from ``other``, each with the origin of both values."""

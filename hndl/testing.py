@@ -4,7 +4,9 @@
 declarations"): the declaration is complete, and every example resolves identically through
 configuration and through callable capture without allocating anything, survives a JSON round
 trip, builds, runs forward and backward on every available device, keeps its finalize hook
-idempotent, and matches the declared ``reference=`` in training and evaluation mode.
+idempotent, and matches the declared ``reference=`` in training and evaluation mode. An
+operator with optional input ports (``name?``) needs examples that bind each such port and
+examples that leave it unbound: its module (and reference) receives ``None`` there.
 
 In a pack's tests::
 
@@ -325,8 +327,26 @@ def _warm_up() -> None:
 def check_operator(cls: type, *, registry: Optional[Registry] = None, on: Optional[Iterable[str]] = None) -> None:
     """Check the declaration, then every example (see the module docstring)."""
     spec = check_declaration(cls)
-    for example in spec.examples:
-        check_example(cls, example, registry=registry, on=on)
+    plans = [check_example(cls, example, registry=registry, on=on) for example in spec.examples]
+    _check_optional_coverage(spec, plans)
+
+
+def _check_optional_coverage(spec: OperatorSpec, plans: Iterable[ResolvedPlan]) -> None:
+    """Every optional input port (``name?``) is bound in some example and unbound in another, so the
+    harness runs the module (and its ``reference=``) both with a tensor and with ``None`` there."""
+    optional = [port for port in spec.input_ports() if port in spec.optional_inputs] if spec.optional_inputs else []
+    if not optional:
+        return
+    nodes = [node for plan in plans for node in plan.nodes if node.op == spec.qualified]
+    problems = []
+    for port in optional:
+        if not any(port in node.inputs for node in nodes):
+            problems.append(f"no example binds optional port {port!r}")
+        if all(port in node.inputs for node in nodes):
+            problems.append(f"every example binds optional port {port!r}; none leaves it unbound")
+    if problems:
+        raise AssertionError(f"{spec.qualified}: " + "; ".join(problems)
+                             + " (add an example for each case, so both paths run against the reference)")
 
 
 @dataclass(frozen=True)
