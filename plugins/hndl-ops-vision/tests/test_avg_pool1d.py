@@ -1,7 +1,8 @@
 """avg_pool1d@2: the [B, C, L] axis order, the pooling equation on the length axis (floor and
 ceil mode), stride defaulting to the kernel (recorded as inferred), interval inversion of the
-input length, count_include_pad (with ceil mode's divisor rule), numerics against nn.AvgPool1d and a handwritten window mean (forward and
-input gradient), gradcheck/gradgradcheck in float64, every error code, and the public harness."""
+input length, count_include_pad (with ceil mode's divisor rule), numerics against nn.AvgPool1d
+and a handwritten window mean (forward and input gradient), gradcheck/gradgradcheck in float64,
+every error code, and the public harness."""
 
 import pytest
 import torch
@@ -183,3 +184,63 @@ def test_runtime_length_mismatch_is_a_runtime_error():
     with pytest.raises(HNDLError) as error:
         model(torch.randn(2, 2, 9))
     assert error.value.code == "E_RUNTIME"
+
+
+def _ceil_window_mean(x, k, s, p, count_include_pad):
+    """Ceil-mode average pooling written out window by window with torch's divisor rule: each
+    window is clipped to the signal plus its padding (count_include_pad divides by what remains),
+    or to the signal alone (without)."""
+    length = x.shape[2]
+    size = -(-(length + 2 * p - k) // s) + 1
+    if (size - 1) * s >= length + p:
+        size -= 1
+    windows = []
+    for j in range(size):
+        start = j * s - p
+        end = min(start + k, length + p)
+        real = x[:, :, max(start, 0):min(end, length)]
+        windows.append(real.sum(dim=2) / ((end - start) if count_include_pad else real.shape[2]))
+    return torch.stack(windows, dim=2)
+
+
+@pytest.mark.parametrize("include", [True, False])
+@pytest.mark.parametrize("k, s, p", [(2, 2, 0), (3, 2, 1), (3, 2, 0), (4, 3, 2), (5, 3, 1)])
+def test_ceil_mode_matches_torch_over_many_lengths_with_its_divisor_rule(k, s, p, include):
+    reference = nn.AvgPool1d(k, s, p, ceil_mode=True, count_include_pad=include)
+    source = f"avg_pool1d({k}, stride={s}, padding={p}, ceil_mode=True, count_include_pad={include})"
+    for length in range(1, 14):
+        x = torch.randn(2, 3, length, requires_grad=True)
+        try:
+            expected = reference(x)
+        except RuntimeError:  # torch: output size too small
+            assert _fails(source, ("B", 3, length), ("B", 3, 1)).code == "E_CONSTRAINT"
+            continue
+        model = network(source, input_shape=("B", 3, length), output_shape=("B", 3, expected.shape[2]), device="cpu")
+        out = model(x)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(out, _ceil_window_mean(x.detach(), k, s, p, include))
+        torch.testing.assert_close(out, spec_of(AvgPool1d).reference(model.nodes.n_n0)(x))
+        upstream = torch.randn_like(out)
+        (grad,) = torch.autograd.grad(out, x, upstream)
+        (grad_ref,) = torch.autograd.grad(expected, x, upstream)
+        torch.testing.assert_close(grad, grad_ref)
+
+
+def test_ceil_mode_inference_both_ways():
+    plan = hndl.resolve("avg_pool1d(2, ceil_mode=True)", input_shape=("B", 4, 15), output_shape=("B", 4, 8))
+    assert plan.nodes[0].args["ceil_mode"] is True and plan.nodes[0].op == "avg_pool1d@2"
+    error = _fails("linear()\nreshape(4)\navg_pool1d(2, ceil_mode=True)", ("B", 2), ("B", 4, 8))
+    assert error.code == "E_AMBIGUOUS" and "15..16" in error.message
+    plan = hndl.resolve("linear()\nreshape(4)\navg_pool1d(3, stride=1, padding=1, ceil_mode=True)",
+                        input_shape=("B", 2), output_shape=("B", 4, 8))
+    assert plan.nodes[0].args["out_features"] == 32
+    assert _fails("avg_pool1d(2, ceil_mode=True)", ("B", 4, 15), ("B", 4, 7)).code == "E_CONSTRAINT"
+
+
+def test_ceil_mode_gradcheck_and_gradgradcheck_in_float64():
+    model = network("avg_pool1d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=True)",
+                    input_shape=("B", 2, 8), output_shape=("B", 2, 5), device="cpu")
+    layer = model.nodes.n_n0.double()
+    x = torch.randn(2, 2, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(layer, (x,))
+    assert torch.autograd.gradgradcheck(layer, (x,))

@@ -203,3 +203,62 @@ def test_runtime_length_mismatch_is_a_runtime_error():
     with pytest.raises(HNDLError) as error:
         model(torch.randn(2, 2, 10))
     assert error.value.code == "E_RUNTIME"
+
+
+def test_ceil_mode_lengths_match_torch_and_invert_as_intervals():
+    """Every length from 1 to 16 against nn.MaxPool1d(ceil_mode=True) (E_CONSTRAINT where torch
+    has no output), then the inverse: the lengths an omitted input may take are exactly those
+    that produce the output, one when the stride is 1."""
+    for k, s, p, d in [(3, 2, 0, 1), (3, 2, 1, 1), (2, 3, 1, 2), (4, 3, 2, 1), (3, 1, 1, 2)]:
+        layer = nn.MaxPool1d(k, s, p, d, ceil_mode=True)
+        source = f"max_pool1d({k}, stride={s}, padding={p}, dilation={d}, ceil_mode=True)"
+        produced = {}
+        for length in range(1, 17):
+            try:
+                expected = layer(torch.zeros(1, 1, length)).shape[2]
+            except RuntimeError:  # torch: output size too small
+                assert _fails(source + "\nadaptive_avg_pool1d(1)", ("B", 1, length), ("B", 1, 1)).code == "E_CONSTRAINT"
+                continue
+            plan = hndl.resolve(source, input_shape=("B", 1, length), output_shape=("B", 1, expected))
+            assert plan.nodes[0].output_shapes["out"] == ("B", 1, expected)
+            produced.setdefault(expected, []).append(length)
+        for out, lengths in list(produced.items())[:-1]:  # the last output's lengths continue past 16
+            inverse = f"linear()\nreshape(1)\n{source}"
+            if len(lengths) == 1:
+                plan = hndl.resolve(inverse, input_shape=("B", 2), output_shape=("B", 1, out))
+                assert plan.nodes[1].output_shapes["out"] == ("B", 1, lengths[0])
+            else:
+                error = _fails(inverse, ("B", 2), ("B", 1, out))
+                assert error.code == "E_AMBIGUOUS" and f"{lengths[0]}..{lengths[-1]}" in error.message
+
+
+@pytest.mark.parametrize("length, kwargs", [(16, dict(kernel_size=3, stride=2)), (10, dict(kernel_size=2)),
+                                            (11, dict(kernel_size=4, stride=3, padding=2, dilation=1)),
+                                            (9, dict(kernel_size=2, stride=3, padding=1, dilation=2))])
+def test_ceil_mode_numerics_against_nn_maxpool1d_forward_and_backward(length, kwargs):
+    reference = nn.MaxPool1d(**kwargs, ceil_mode=True)
+    x = _distinct(2, 3, length).requires_grad_(True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    expected = reference(x_ref)
+    source = "max_pool1d(" + ", ".join(f"{name}={value}" for name, value in kwargs.items()) + ", ceil_mode=True)"
+    model = network(source, input_shape=("B", 3, length), output_shape=("B", 3, expected.shape[2]), device="cpu")
+    layer = model.nodes.n_n0
+    assert layer.ceil_mode is True
+    out = model(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(out, spec_of(MaxPool1d).reference(layer)(x))
+    upstream = torch.randn_like(out)
+    (out * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def test_ceil_mode_contract_errors_and_gradients():
+    assert _fails("max_pool1d(3, stride=2, ceil_mode=True)", ("B", 2, 16), ("B", 2, 7)).code == "E_CONSTRAINT"
+    assert _fails("max_pool1d(3, stride=2, ceil_mode=True)", ("B", 2, 1), ("B", 2, 1)).code == "E_CONSTRAINT"
+    model = network("max_pool1d(3, stride=2, ceil_mode=True)", input_shape=("B", 2, 8), output_shape=("B", 2, 4),
+                    device="cpu")
+    layer = model.nodes.n_n0.double()
+    x = _distinct(1, 2, 8, dtype=torch.float64).requires_grad_(True)
+    assert torch.autograd.gradcheck(layer, (x,))
+    assert torch.autograd.gradgradcheck(layer, (x,))
