@@ -340,6 +340,14 @@ class Attention(nn.Module):
         else:
             self.inv_freq = None
 
+    def rotary_tables(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The internal ``(cos, sin)`` tables ``[length, rope_dims]`` in ``dtype``, from float32
+        frequencies: a buffer cast to a lower precision by ``.to(dtype)`` is recomputed, not used."""
+        inv_freq = self.inv_freq
+        if inv_freq.dtype not in (torch.float32, torch.float64):
+            inv_freq = rotary_frequencies(self.rope_dims, self.rope_theta, device=inv_freq.device)
+        return rotary_tables(inv_freq, length, dtype)
+
     def _project(self, x):
         batch, length, _ = x.shape
         heads, groups, size = self.heads, self.kv_heads, self.head_dim
@@ -359,7 +367,7 @@ class Attention(nn.Module):
         batch, length, _ = x.shape
         q, k, v = self._project(x)
         if self.inv_freq is not None:
-            cos, sin = rotary_tables(self.inv_freq, length, q.dtype)
+            cos, sin = self.rotary_tables(length, q.dtype)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         elif rope is not None:
             cos, sin = rope[:, 0].unsqueeze(1), rope[:, 1].unsqueeze(1)

@@ -61,14 +61,14 @@ def written_out_activation(name: str, x: torch.Tensor) -> torch.Tensor:
     return x / (1 + torch.exp(-x))  # silu
 
 
-def hidden_width(D: int, expansion: Optional[int], hidden: Optional[int]) -> int:
-    """The hidden width: ``hidden`` when given, else ``expansion * D`` (expansion defaulting to 4);
-    both given is E_ARGUMENT."""
-    if hidden is not None and expansion is not None:
+def hidden_width(D: int, expansion: int, hidden: Optional[int]) -> int:
+    """The hidden width: ``hidden`` when given, else ``expansion * D``. A ``hidden`` next to an
+    ``expansion`` other than its default 4 is E_ARGUMENT (two answers to one question)."""
+    if hidden is not None and expansion != 4:
         raise HNDLError("E_ARGUMENT", f"both expansion={expansion} and hidden={hidden} give the hidden width",
                         field="hidden", remedies=("Give hidden= for an explicit width or expansion= for a multiple "
                                                   "of D, not both.",))
-    return hidden if hidden is not None else (4 if expansion is None else expansion) * D
+    return hidden if hidden is not None else expansion * D
 
 
 def _validate(args) -> None:
@@ -97,9 +97,9 @@ def _reference(module):
     shape="x[B, T, D] -> out[B, T, D]",
     validate=_validate,
     args={
-        "expansion": Arg(int, None, min=1, max=MAX_EXTENT,
-                         help="Hidden width as a multiple of D: the hidden layer has expansion * D units. Omitted, "
-                              "4, unless hidden is given."),
+        "expansion": Arg(int, 4, min=1, max=MAX_EXTENT,
+                         help="Hidden width as a multiple of D: the hidden layer has expansion * D units, unless "
+                              "hidden is given (then leave expansion at its default)."),
         "hidden": Arg(int, None, min=1, max=MAX_EXTENT, positional=False,
                       help="Explicit hidden width (LLaMA's intermediate_size, T5's d_ff), instead of expansion."),
         "gated": Arg(bool, False, positional=False,
@@ -131,8 +131,10 @@ class FeedForward(nn.Module):
 
     * **Hidden width.** `H = hidden` when given (LLaMA's `intermediate_size`, T5's `d_ff`),
       else `expansion * D` with `expansion` defaulting to 4 (the GPT/BERT/ViT convention);
-      giving both is E_ARGUMENT. The width is fixed by the resolved `D` and explicit,
-      versioned arguments: nothing is guessed.
+      a `hidden` next to an `expansion` other than 4 is E_ARGUMENT (an explicit
+      `expansion=4` beside `hidden` cannot be told from the default and is overridden).
+      The width is fixed by the resolved `D` and explicit, versioned arguments: nothing is
+      guessed.
     * **Activation.** `activation="gelu"` (the default) is the exact (erf) GELU,
       `torch.nn.functional.gelu(approximate="none")`, of BERT and ViT; `"gelu_tanh"` is its
       tanh approximation (`approximate="tanh"`), which GPT-2 uses under the name `gelu_new`;
@@ -143,8 +145,7 @@ class FeedForward(nn.Module):
       `"silu"` (LLaMA, Mistral: `LlamaMLP`'s `gate_proj`, `up_proj`, `down_proj` map one to
       one), GeGLU with `"gelu_tanh"` (T5 v1.1 `gated-gelu`: `wi_0`, `wi_1`, `wo`). The
       activation applies to the gate branch only.
-    * **Versions.** Version 3 added `hidden`, `gated` and `"quick_gelu"`, and `expansion`
-      became optional (None meaning 4 unless `hidden` is given); with the defaults it computes
+    * **Versions.** Version 3 added `hidden`, `gated` and `"quick_gelu"`; with their defaults it computes
       exactly what `feed_forward@2` computed, with the same parameters. Version 2 added
       `activation`. Plans saved with `feed_forward@1` or `@2` still restore (through
       `feed_forward_v1` and `feed_forward_v2`).
@@ -153,7 +154,7 @@ class FeedForward(nn.Module):
       timm's `Mlp`.
     """
 
-    def __init__(self, *, expansion: Optional[int] = None, hidden: Optional[int] = None, gated: bool = False,
+    def __init__(self, *, expansion: int = 4, hidden: Optional[int] = None, gated: bool = False,
                  activation: str = "gelu", bias: bool = True, D: int) -> None:
         super().__init__()
         width = hidden_width(D, expansion, hidden)

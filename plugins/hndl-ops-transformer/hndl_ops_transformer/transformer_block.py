@@ -98,9 +98,9 @@ def _pick(*names: str) -> dict[str, Arg]:
                       help="Mask the future in the attention: position t attends only to positions 0..t "
                            "(GPT-2 and other decoders)."),
         **_pick("scale", "rope_theta", "rope_dims", "qkv"),
-        "expansion": Arg(int, None, min=1, max=MAX_EXTENT, positional=False,
-                         help="Feed-forward hidden width as a multiple of D (expansion * D units). Omitted, 4, "
-                              "unless hidden is given."),
+        "expansion": Arg(int, 4, min=1, max=MAX_EXTENT, positional=False,
+                         help="Feed-forward hidden width as a multiple of D (expansion * D units), unless hidden "
+                              "is given (then leave expansion at its default)."),
         "hidden": Arg(int, None, min=1, max=MAX_EXTENT, positional=False,
                       help="Explicit feed-forward hidden width (LLaMA's intermediate_size, T5's d_ff), instead of "
                            "expansion."),
@@ -191,8 +191,7 @@ class TransformerBlock(nn.Module):
       its `attn_bias` port. Dropout, LayerScale and stochastic depth are not part of the
       block; in eval mode those models compute exactly this.
     * **Versions.** Version 3 added the attention's new arguments and ports, `normalization`,
-      and the feed-forward's `hidden`, `gated` and `"quick_gelu"` (`expansion` became optional:
-      None means 4 unless `hidden` is given); version 2 added `activation`, `norm`,
+      and the feed-forward's `hidden`, `gated` and `"quick_gelu"`; version 2 added `activation`, `norm`,
       `attention_bias` and `mlp_bias`. With the defaults each version computes exactly what
       the previous one computed, with the same parameters. Plans saved with
       `transformer_block@1` or `@2` still restore (through `transformer_block_v1` and
@@ -215,7 +214,7 @@ class TransformerBlock(nn.Module):
         rope_theta: Optional[float] = None,
         rope_dims: Optional[int] = None,
         qkv: str = "fused",
-        expansion: Optional[int] = None,
+        expansion: int = 4,
         hidden: Optional[int] = None,
         gated: bool = False,
         activation: str = "gelu",

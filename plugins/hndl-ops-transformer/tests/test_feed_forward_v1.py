@@ -79,9 +79,10 @@ def test_the_version_one_alias_resolves_to_the_saved_node():
     assert (node.op, node.args, node.provenance) == (saved.op, saved.args, saved.provenance)
 
 
-def test_todays_spec_resolves_to_version_two_with_the_default_activation():
+def test_todays_spec_resolves_to_the_current_version_with_the_default_activation():
     node = hndl.resolve("feed_forward(3, bias=False)", input_shape=("B", 5, 8), output_shape=("B", 5, 8)).nodes[0]
-    assert node.op == "feed_forward@2" and dict(node.args) == {"expansion": 3, "activation": "gelu", "bias": False}
+    assert node.op == "feed_forward@3" and dict(node.args) == {"expansion": 3, "hidden": None, "gated": False,
+                                                               "activation": "gelu", "bias": False}
 
 
 def test_without_the_version_one_declaration_restoring_is_a_state_version_error():

@@ -7,7 +7,7 @@ transformer_block@1 as "block", feed_forward@1, attention@1 and moe@1), and
 transformer_v1_state.json holds the state dict built from it with an input and the output it
 gave. The plan must keep restoring byte for byte, load that state, reproduce that output, and
 re-resolve to the same semantic digest through the _v1 aliases; today's specification of the
-same source (the version-2 operators with their defaults) loads the same state and computes the
+same source (today's operators with their defaults) loads the same state and computes the
 same output. Also: the version-1 schema itself, numerics, gradcheck and its error codes."""
 
 import json
@@ -67,7 +67,7 @@ def test_the_saved_state_loads_and_reproduces_the_saved_output():
 def test_the_version_one_aliases_re_resolve_to_the_saved_semantic_digest():
     text, *_ = _saved()
     source = json.loads(text)["frontend"]["source"]
-    for alias in ("positional_embedding", "transformer_block", "feed_forward"):
+    for alias in ("positional_embedding", "transformer_block", "feed_forward", "attention"):
         source = source.replace(f"{alias}(", f"{alias}_v1(")
     plan = hndl.resolve(source, input_shape=SHAPE, output_shape=SHAPE)
     assert plan.semantic_digest == json.loads(text)["digests"]["semantic"]
@@ -76,8 +76,8 @@ def test_the_version_one_aliases_re_resolve_to_the_saved_semantic_digest():
 def test_todays_spec_of_the_same_source_loads_the_saved_state_and_computes_the_same():
     text, state, x, expected = _saved()
     plan = hndl.resolve(json.loads(text)["frontend"]["source"], input_shape=SHAPE, output_shape=SHAPE)
-    assert [node.op for node in plan.nodes] == ["positional_embedding@2", "transformer_block@2", "feed_forward@2",
-                                                "attention@1", "moe@1"]
+    assert [node.op for node in plan.nodes] == ["positional_embedding@2", "transformer_block@3", "feed_forward@3",
+                                                "attention@2", "moe@1"]
     block = next(node for node in plan.nodes if node.id == "block")
     assert {name: block.args[name] for name in ("activation", "norm", "attention_bias", "mlp_bias")} == {
         "activation": "gelu", "norm": "pre", "attention_bias": None, "mlp_bias": None}
