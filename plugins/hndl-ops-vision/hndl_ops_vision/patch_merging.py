@@ -73,8 +73,8 @@ class PatchMerging(nn.Module):
 
     def __init__(self, eps: float = 1e-5, *, C: int) -> None:
         super().__init__()
+        self.reduction = nn.Linear(4 * C, 2 * C, bias=False)  # torchvision's order of registration
         self.norm = nn.LayerNorm(4 * C, eps=eps)
-        self.reduction = nn.Linear(4 * C, 2 * C, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         height, width = x.shape[2:]
