@@ -80,7 +80,8 @@ def test_the_version_one_alias_resolves_to_the_saved_node():
 
 
 def test_todays_spec_resolves_to_version_two_in_floor_mode():
-    node = hndl.resolve("max_pool1d(3, stride=2, padding=1)", input_shape=("B", 3, 9), output_shape=("B", 3, 5)).nodes[0]
+    node = hndl.resolve("max_pool1d(3, stride=2, padding=1)", input_shape=("B", 3, 9),
+                        output_shape=("B", 3, 5)).nodes[0]
     assert node.op == "max_pool1d@2" and node.args["ceil_mode"] is False
 
 
