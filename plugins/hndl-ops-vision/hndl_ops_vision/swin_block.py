@@ -35,6 +35,17 @@ def _reference(module):
     return forward
 
 
+def _relation(s) -> None:
+    """heads divide C, and the MLP keeps at least one hidden unit: int(C * mlp_ratio) >= 1."""
+    heads_divide_channels(s)
+    for port in ("x", "out"):
+        shape = s.shape(port)
+        channels = shape[1] if shape else None
+        if channels is not None and int(channels * s.args["mlp_ratio"]) < 1:
+            s.error("E_CONSTRAINT", f"mlp_ratio={s.args['mlp_ratio']} leaves the MLP of C={channels} channels "
+                                    f"no hidden unit (int(C * mlp_ratio) = 0)")
+
+
 class _Mlp(nn.Sequential):
     """fc1 (C -> hidden), exact GELU, fc2 (hidden -> C), applied per position."""
 
@@ -49,9 +60,9 @@ class _Mlp(nn.Sequential):
     "swin_block",
     summary="One Swin Transformer block on [B, C, H, W]: x + W-MSA/SW-MSA(LN(x)), then + MLP(LN(.)).",
     shape="x[B, C, H, W] -> out[B, C, H, W]",
-    relation=heads_divide_channels,
+    relation=_relation,
     validate=validate_shift,
-    shape_text="out has the shape of x; C must be divisible by heads.",
+    shape_text="out has the shape of x; C must be divisible by heads, and int(C * mlp_ratio) must be at least 1.",
     args={
         **attention_args(),
         "mlp_ratio": Arg(float, 4.0, min=0, exclusive_min=True, positional=False,

@@ -143,6 +143,13 @@ def test_heads_that_do_not_divide_the_channels_are_constraint_errors():
     assert _fails("swin_block(3, 4)", ("B", 8, 8, 8), ("B", 8, 8, 8)).code == "E_CONSTRAINT"
 
 
+def test_an_mlp_without_hidden_units_is_a_constraint_error():
+    error = _fails("swin_block(2, 4, mlp_ratio=0.1)", ("B", 8, 8, 8), ("B", 8, 8, 8))
+    assert error.code == "E_CONSTRAINT" and "hidden" in str(error)
+    assert hndl.resolve("swin_block(2, 4, mlp_ratio=0.125)", input_shape=("B", 8, 8, 8),
+                        output_shape=("B", 8, 8, 8)).nodes[0].args["mlp_ratio"] == 0.125
+
+
 @pytest.mark.parametrize("input_shape, output_shape", [(("B", 8), ("B", 8)), (("B", 4, 8), ("B", 4, 8)),
                                                        (("B", 8, 8, 8), ("B", 8, 7, 8))])
 def test_ranks_and_shape_changes_are_constraint_errors(input_shape, output_shape):
