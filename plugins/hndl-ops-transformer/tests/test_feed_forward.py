@@ -1,7 +1,8 @@
-"""feed_forward@2: declaration, the hidden width rule (expansion * D), inference, numerics against
-the written-out reference and a handwritten nn.Sequential (forward and backward) for every
-activation, the activations against torch.nn.functional, GPT-2's MLP (gelu_new) and timm's Mlp
-with copied weights, float64 gradcheck and gradgradcheck, and every error code it raises."""
+"""feed_forward@3: declaration, the hidden width rule (expansion * D, or hidden), inference, numerics
+against the written-out reference and a handwritten nn.Sequential (forward and backward) for every
+activation, the activations against torch.nn.functional, GPT-2's MLP (gelu_new), timm's Mlp,
+transformers' LlamaMLP (SwiGLU), T5's gated-gelu and CLIP's quick_gelu MLP with copied weights,
+float64 gradcheck and gradgradcheck, and every error code it raises."""
 
 import pytest
 import torch
@@ -29,15 +30,17 @@ def _fails(source, input_shape, output_shape, **kwargs):
 
 def test_declaration():
     spec = spec_of(FeedForward)
-    assert spec.alias == "feed_forward" and spec.qualified == "feed_forward@2"
+    assert spec.alias == "feed_forward" and spec.qualified == "feed_forward@3"
     assert spec.category == "feed-forward"
     assert spec.summary and spec.docstring.strip() and spec.examples and spec.reference is not None
     assert spec.positional_args == ("expansion",)
     assert spec.args["expansion"].default == 4 and spec.args["expansion"].min == 1
     assert spec.args["bias"].default is True
     assert spec.args["activation"].default == "gelu"
-    assert spec.args["activation"].choices == ("gelu", "gelu_tanh", "relu", "silu")
+    assert spec.args["activation"].choices == ("gelu", "gelu_tanh", "relu", "silu", "quick_gelu")
+    assert spec.args["hidden"].default is None and spec.args["gated"].default is False
     assert not spec.args["activation"].positional and not spec.args["bias"].positional
+    assert not spec.args["hidden"].positional and not spec.args["gated"].positional
     assert all(arg.help for arg in spec.args.values())
 
 
@@ -52,8 +55,8 @@ def test_hidden_width_is_expansion_times_the_input_width(source, hidden):
 
 def test_default_expansion_is_recorded_with_its_provenance():
     node = hndl.resolve("feed_forward()", input_shape=("B", 3, 10), output_shape=("B", 3, 10)).nodes[0]
-    assert node.args == {"expansion": 4, "activation": "gelu", "bias": True}
-    assert node.provenance == {"expansion": "default", "activation": "default", "bias": "default"}
+    assert node.args == {"expansion": 4, "hidden": None, "gated": False, "activation": "gelu", "bias": True}
+    assert set(node.provenance.values()) == {"default"}
 
 
 def test_unfixed_width_is_ambiguous_not_guessed():
@@ -101,7 +104,7 @@ def test_forward_and_backward_match_the_reference_and_a_handwritten_mlp(bias, ac
 
 
 FUNCTIONAL = {"gelu": lambda x: F.gelu(x, approximate="none"), "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-              "relu": F.relu, "silu": F.silu}
+              "relu": F.relu, "silu": F.silu, "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x)}
 
 
 @pytest.mark.parametrize("activation", sorted(FUNCTIONAL))
@@ -183,7 +186,8 @@ def test_float64_gradcheck_and_gradgradcheck(activation):
 
 
 @pytest.mark.parametrize("source", ["feed_forward(0)", "feed_forward(-1)", "feed_forward(1.5)",
-                                    "feed_forward(True)", "feed_forward(bias=1)", "feed_forward(hidden=64)",
+                                    "feed_forward(True)", "feed_forward(bias=1)", "feed_forward(hidden=0)",
+                                    "feed_forward(2, hidden=64)", "feed_forward(gated=1)",
                                     "feed_forward(activation='swish')", "feed_forward(activation='GELU')",
                                     "feed_forward(activation=1)", "feed_forward(2, 'relu')"])
 def test_invalid_arguments_are_argument_errors(source):
@@ -206,3 +210,112 @@ def test_output_width_contradicting_the_input_is_a_constraint_error():
 
 def test_integer_input_is_a_dtype_error():
     assert _fails("feed_forward()", ("B", 4, 8), ("B", 4, 8), input_dtype="int64").code == "E_DTYPE"
+
+
+# == version 3: hidden, gated, quick_gelu ==========================================================================
+def test_hidden_sets_the_width_directly():
+    plan = hndl.resolve("feed_forward(hidden=13)", input_shape=("B", 3, 10), output_shape=("B", 3, 10))
+    assert plan.nodes[0].args["hidden"] == 13 and plan.nodes[0].provenance["hidden"] == "explicit"
+    _, layer = _module("feed_forward(hidden=13)", ("B", 3, 10))
+    assert tuple(layer.fc1.weight.shape) == (13, 10) and tuple(layer.fc2.weight.shape) == (10, 13)
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh", "relu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_gated_network_matches_the_reference_and_a_handwritten_glu(activation, bias):
+    torch.manual_seed(20)
+    model, layer = _module(f"feed_forward(hidden=11, gated=True, activation={activation!r}, bias={bias})", ("B", 4, 6))
+    shapes = {name: tuple(p.shape) for name, p in layer.named_parameters()}
+    expected_shapes = {"gate_proj.weight": (11, 6), "up_proj.weight": (11, 6), "down_proj.weight": (6, 11)}
+    if bias:
+        expected_shapes.update({"gate_proj.bias": (11,), "up_proj.bias": (11,), "down_proj.bias": (6,)})
+    assert shapes == expected_shapes
+    x = torch.randn(2, 4, 6, requires_grad=True)
+    upstream = torch.randn(2, 4, 6)
+    ours = model(x)
+    handwritten = layer.down_proj(FUNCTIONAL[activation](layer.gate_proj(x)) * layer.up_proj(x))
+    reference = spec_of(FeedForward).reference(layer)(x)
+    torch.testing.assert_close(ours, handwritten)
+    torch.testing.assert_close(ours, reference)
+    params = [x, *layer.parameters()]
+    for a, b in zip(torch.autograd.grad(ours, params, upstream), torch.autograd.grad(reference, params, upstream)):
+        torch.testing.assert_close(a, b)
+
+
+def test_matches_transformers_llama_mlp_with_copied_weights():
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    torch.manual_seed(21)
+    model, layer = _module("feed_forward(hidden=43, gated=True, activation='silu', bias=False)", ("B", 5, 16))
+    theirs = LlamaMLP(LlamaConfig(hidden_size=16, intermediate_size=43, num_attention_heads=4, num_key_value_heads=4,
+                                  hidden_act="silu", mlp_bias=False, vocab_size=8))
+    theirs.load_state_dict(layer.state_dict())  # gate_proj, up_proj, down_proj one to one
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(model(x), theirs(x))
+
+
+@pytest.mark.parametrize("projection", ["relu", "gated-gelu"])
+def test_matches_transformers_t5_feed_forward_with_copied_weights(projection):
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5DenseActDense, T5DenseGatedActDense
+
+    torch.manual_seed(22)
+    config = T5Config(d_model=16, d_ff=24, feed_forward_proj=projection, dropout_rate=0.0)
+    if projection == "relu":
+        theirs = T5DenseActDense(config).eval()
+        model, layer = _module("feed_forward(hidden=24, activation='relu', bias=False)", ("B", 5, 16))
+        theirs.load_state_dict({"wi.weight": layer.fc1.weight, "wo.weight": layer.fc2.weight})
+    else:
+        theirs = T5DenseGatedActDense(config).eval()
+        model, layer = _module("feed_forward(hidden=24, gated=True, activation='gelu_tanh', bias=False)", ("B", 5, 16))
+        theirs.load_state_dict({"wi_0.weight": layer.gate_proj.weight, "wi_1.weight": layer.up_proj.weight,
+                                "wo.weight": layer.down_proj.weight})
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(model(x), theirs(x))
+
+
+def test_quick_gelu_matches_transformers_clip_mlp():
+    from transformers import CLIPTextConfig
+    from transformers.models.clip.modeling_clip import CLIPMLP
+
+    torch.manual_seed(23)
+    model, layer = _module("feed_forward(hidden=40, activation='quick_gelu')", ("B", 5, 16))
+    theirs = CLIPMLP(CLIPTextConfig(hidden_size=16, intermediate_size=40, hidden_act="quick_gelu"))
+    theirs.load_state_dict(layer.state_dict())  # fc1, fc2 one to one
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(model(x), theirs(x))
+
+
+def test_version_three_defaults_compute_what_version_two_computed():
+    from hndl_ops_transformer.feed_forward_v2 import FeedForwardV2
+
+    torch.manual_seed(24)
+    old, new = FeedForwardV2(expansion=2, activation="relu", D=6), FeedForward(expansion=2, activation="relu", D=6)
+    new.load_state_dict(old.state_dict())
+    x = torch.randn(2, 3, 6)
+    torch.testing.assert_close(new(x), old(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("activation", ["silu", "quick_gelu"])
+def test_gated_float64_gradcheck_and_gradgradcheck(activation):
+    torch.manual_seed(25)
+    _, layer = _module(f"feed_forward(hidden=5, gated=True, activation={activation!r})", ("B", 3, 3))
+    layer = layer.double()
+    names = [name for name, _ in layer.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in layer.parameters())
+
+    def expand(x, *values):
+        return functional_call(layer, dict(zip(names, values)), (x,))
+
+    inputs = (torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True), *params)
+    assert torch.autograd.gradcheck(expand, inputs)
+    assert torch.autograd.gradgradcheck(expand, inputs)
+
+
+def test_hidden_beside_a_non_default_expansion_is_an_argument_error_naming_hidden():
+    error = _fails("feed_forward(2, hidden=64)", ("B", 4, 8), ("B", 4, 8))
+    assert error.code == "E_ARGUMENT" and error.location.field == "hidden" and error.remedies
+    with pytest.raises(HNDLError) as direct:
+        FeedForward(expansion=3, hidden=5, D=4)
+    assert direct.value.code == "E_ARGUMENT" and direct.value.location.field == "hidden"
