@@ -138,13 +138,14 @@ def merge_last(windows: torch.Tensor, window: tuple[int, int], shift: tuple[int,
     return x[:, :height, :width, :]
 
 
-def region_labels(height: int, width: int, window: tuple[int, int], shift: tuple[int, int]) -> torch.Tensor:
+def region_labels(height: int, width: int, window: tuple[int, int], shift: tuple[int, int],
+                  device: Optional[torch.device] = None) -> torch.Tensor:
     """``[pH, pW]`` labels of the padded, rolled map: positions that were neighbours before the roll
     share a label (three bands per axis: [0, p - w), [p - w, p - s), [p - s, p))."""
     labels = []
     for axis, extent in enumerate((height, width)):
         padded = windows_along(extent, window[axis]) * window[axis]
-        band = torch.zeros(padded, dtype=torch.long)
+        band = torch.zeros(padded, dtype=torch.long, device=device)
         band[padded - window[axis]:] = 1
         band[padded - shift[axis]:] = 2
         labels.append(band)
@@ -243,10 +244,11 @@ def attention_reference(module: ShiftedWindowSelfAttention) -> Any:
         rows, cols = windows_along(height, wh), windows_along(width, ww)
         image = F.pad(x.permute(0, 2, 3, 1), (0, 0, 0, cols * ww - width, 0, rows * wh - height))
         image = torch.roll(image, shifts=(-shift[0], -shift[1]), dims=(1, 2))
-        labels = region_labels(height, width, module.window, shift)
+        labels = region_labels(height, width, module.window, shift, device=x.device)
         count = wh * ww
         table = module.relative_position_bias_table
-        offsets = torch.stack(torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")).flatten(1)
+        offsets = torch.stack(torch.meshgrid(torch.arange(wh, device=x.device), torch.arange(ww, device=x.device),
+                                             indexing="ij")).flatten(1)
         delta = offsets[:, :, None] - offsets[:, None, :]  # [2, N, N]
         bias = table[(delta[0] + wh - 1) * (2 * ww - 1) + delta[1] + ww - 1].permute(2, 0, 1)  # [heads, N, N]
         out = torch.zeros_like(image)
