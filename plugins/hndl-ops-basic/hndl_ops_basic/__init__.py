@@ -3,6 +3,8 @@
 from hndl.packs import hookimpl
 
 from .add import Add
+from .channel_add import ChannelAdd
+from .channel_scale_shift import ChannelScaleShift
 from .chunk import Chunk
 from .concat import Concat
 from .dropout import Dropout
@@ -16,11 +18,13 @@ from .layer_norm import LayerNorm
 from .leaky_relu import LeakyReLU
 from .linear import Linear
 from .log_softmax import LogSoftmax
+from .matmul import MatMul
 from .max import Max
 from .mean import Mean
 from .mish import Mish
 from .mul import Mul
 from .permute import Permute
+from .quick_gelu import QuickGELU
 from .relu import ReLU
 from .relu6 import ReLU6
 from .reshape import Reshape
@@ -40,6 +44,7 @@ OPERATORS = (
     Embedding, GELU, Sigmoid, Softmax, LayerNorm, RMSNorm, Mul,
     ReLU6, Hardtanh, Swish, Hardswish, Hardsigmoid, Mish, LogSoftmax,
     Transpose, Permute, Unsqueeze, Squeeze, Mean, Max, Select,
+    MatMul, QuickGELU, ChannelAdd, ChannelScaleShift,
 )
 
 

@@ -19,6 +19,7 @@ def test_entry_point_loads_exactly_the_pack_operators():
         "embedding", "gelu", "sigmoid", "softmax", "layer_norm", "rms_norm", "mul",
         "relu6", "hardtanh", "swish", "hardswish", "hardsigmoid", "mish", "log_softmax",
         "transpose", "permute", "unsqueeze", "squeeze", "mean", "max", "select",
+        "matmul", "quick_gelu", "channel_add", "channel_scale_shift",
     )
     assert "silu" not in registry.aliases()  # silu stays the §8 custom-operator example; SiLU is swish
 
@@ -34,10 +35,12 @@ def test_every_declared_example_resolves_builds_and_runs():
                            output_shape=example.output_shape, input_dtype=example.input_dtype, registry=registry)
             module = build(plan, device="cpu", registry=registry)
             batch = 2
+            shapes = example.input_shape if isinstance(example.input_shape, dict) else {"x": example.input_shape}
             if example.input_dtype in TORCH_DTYPES:
                 # id 0 is valid for every vocabulary size
-                x = torch.zeros(batch, *example.input_shape[1:], dtype=TORCH_DTYPES[example.input_dtype])
+                inputs = {name: torch.zeros(batch, *shape[1:], dtype=TORCH_DTYPES[example.input_dtype])
+                          for name, shape in shapes.items()}
             else:
-                x = torch.randn(batch, *example.input_shape[1:])
-            out = module(x=x)["output"]
+                inputs = {name: torch.randn(batch, *shape[1:]) for name, shape in shapes.items()}
+            out = module(**inputs)["output"]
             assert tuple(out.shape) == (batch, *example.output_shape[1:])
