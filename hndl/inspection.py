@@ -36,9 +36,6 @@ def describe(plan, registry=None) -> str:
     declared = _declarations(registry)
     for node in plan.nodes:
         lines.append(escaped(f"node {node.id} ({node.op})"))
-        unbound = _unbound_optional(declared, node)
-        if unbound:
-            lines.append(escaped(f"  unbound optional ports: {', '.join(unbound)}"))
         entries = {name: escaped(f"{name} = {value!r}") for name, value in node.args.items()}
         width = max(map(len, entries.values()), default=0)
         derivations = node.source.get("derivations", {})
@@ -47,6 +44,9 @@ def describe(plan, registry=None) -> str:
             if name in derivations:
                 line += "  <- " + escaped("; ".join(derivations[name]))
             lines.append(line)
+        unbound = _unbound_optional(declared, node)
+        if unbound:
+            lines.append(escaped(f"  unbound optional ports: {', '.join(unbound)}"))
         if node.source.get("policy"):
             lines.append(f"  policy: {escaped(node.source['policy'])}")
         lines.append(f"  initialization: {escaped(_text(node.initialization))}")
@@ -61,7 +61,10 @@ def _declarations(registry):
 
         registry = active_registry()
         if registry is None:
-            registry = Registry.builtins()
+            try:
+                registry = Registry.builtins()
+            except HNDLError:  # a pack that fails to load costs the describe text this one line
+                return lambda identity: None
 
     def lookup(identity: str):
         try:

@@ -496,3 +496,37 @@ def test_check_operator_wants_each_optional_port_bound_and_unbound(registry):
 
     with pytest.raises(AssertionError, match="no example binds optional port 'm'"):
         check_operator(Lazy, on=("cpu",))
+
+
+def test_a_constructor_symbol_only_an_unbound_port_carries_is_none():
+    @operator("widen", summary="Records the widths its constructor received.",
+              shape="x[B, D], extra?[B, E] -> out[B, D]", category="test",
+              examples=[Example("widen()", ROW, ROW)])
+    class Widen(nn.Module):
+        """Identity; keeps D and E."""
+
+        def __init__(self, *, D: int, E: int | None) -> None:
+            super().__init__()
+            self.widths = (D, E)
+
+        def forward(self, x, extra=None):
+            return x
+
+    local = Registry.from_packs("basic")
+    local.add(Widen)
+    absent = network("widen()", input_shape=ROW, output_shape=ROW, registry=local, device="cpu")
+    assert absent.nodes["n_n0"].widths == (4, None)
+    bound = network("e = linear(x, 6)\nwiden(x, e)", input_shape=ROW, output_shape=ROW, registry=local, device="cpu")
+    assert bound.nodes["n_n1"].widths == (4, 6)
+
+
+def test_copies_and_pickles_keep_the_unbound_port(blended):
+    import copy
+    import pickle
+
+    x = torch.randn(2, 4)
+    expected = blended(x)
+    for clone in (copy.deepcopy(blended), pickle.loads(pickle.dumps(blended))):
+        torch.testing.assert_close(clone(x), expected)
+        torch.testing.assert_close(clone(x), expected)  # the fast path of the copy
+        assert clone._steps[1].slots == (0, None, 1)

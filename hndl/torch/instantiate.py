@@ -38,7 +38,8 @@ _SHAPE_ARGUMENTS = frozenset({"input_shapes", "output_shapes"})
 
 
 def constructor_kwargs(spec: OperatorSpec, node: PlanNode) -> dict[str, Any]:
-    """Every declared argument, plus the shape symbols and port shapes the constructor asks for."""
+    """Every declared argument, plus the shape symbols and port shapes the constructor asks for (a
+    symbol that only an unbound optional port carries is None)."""
     signature = _SIGNATURES.get(spec.cls)
     if signature is None:
         signature = _SIGNATURES[spec.cls] = inspect.signature(spec.cls.__init__)
@@ -52,6 +53,10 @@ def constructor_kwargs(spec: OperatorSpec, node: PlanNode) -> dict[str, Any]:
     if symbols:
         values = symbol_values(spec, node)
         kwargs.update({name: values[name] for name in symbols if name in values})
+        if spec.optional_inputs:
+            # A symbol only unbound optional ports carry has no extent at this node: None, not a
+            # missing keyword (the constructor gets every symbol it names).
+            kwargs.update({name: None for name in symbols if name not in kwargs})
     return kwargs
 
 
