@@ -116,7 +116,8 @@ class ScaledDotProductAttention(nn.Module):
       (E_CONSTRAINT otherwise). Query head `h` reads key/value head `h // (H / G)`, as
       transformers' `repeat_kv` lays it out: `G = H` is multi-head attention, `1 < G < H`
       grouped-query attention (LLaMA 2 70B, LLaMA 3, Mistral), `G = 1` multi-query attention.
-      The key/value heads are never copied in memory on the fused kernels (`enable_gqa`).
+      The grouped key/value heads go to torch as they are (`enable_gqa=True`), not repeated
+      by this operator.
     * **Bias.** The optional `bias[B, H, T, S]` is added to the scaled scores before the
       softmax: a learned relative position bias (T5, `relative_position_bias`), ALiBi slopes,
       or a mask written additively (`0` where allowed, `-inf` or a large negative value where
