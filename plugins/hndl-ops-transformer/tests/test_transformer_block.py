@@ -1,9 +1,12 @@
-"""transformer_block@2: declaration, one node with one module, inference, numerics against the
+"""transformer_block@3: declaration, one node with one module, inference, numerics against the
 written-out reference and against a handwritten block built from torch.nn.LayerNorm,
 torch.nn.MultiheadAttention and an MLP (forward, input and parameter gradients) for pre- and
 post-norm and every activation, separate attention/MLP biases, the real layers with copied weights
 (transformers' GPT2Block, timm's ViT Block, transformers' BertLayer), causal masking, float64
-gradcheck and gradgradcheck, and every error code it raises."""
+gradcheck and gradgradcheck, and every error code it raises; then version 3's options: RMSNorm,
+grouped rotary attention and the gated MLP against transformers' LlamaDecoderLayer (internal table
+and the rope port), T5's encoder block with its position bias on the attn_bias port, CLIP's
+quick_gelu layer, and their error codes."""
 
 from collections import OrderedDict
 
@@ -74,16 +77,20 @@ def _perturb(module, scale=0.1):
 # -- declaration and structure ---------------------------------------------------------------------------
 def test_declaration():
     spec = spec_of(TransformerBlock)
-    assert spec.alias == "transformer_block" and spec.qualified == "transformer_block@2"
+    assert spec.alias == "transformer_block" and spec.qualified == "transformer_block@3"
     assert spec.category == "block"
     assert spec.summary and spec.docstring.strip() and spec.examples and spec.reference is not None
     assert spec.positional_args == ("heads",)
     assert spec.args["heads"].required
     assert {name: arg.default for name, arg in spec.args.items() if name != "heads"} == {
-        "causal": False, "expansion": 4, "activation": "gelu", "norm": "pre", "eps": 1e-5, "bias": True,
-        "attention_bias": None, "mlp_bias": None}
-    assert spec.args["activation"].choices == ("gelu", "gelu_tanh", "relu", "silu")
+        "kv_heads": None, "head_dim": None, "causal": False, "scale": None, "rope_theta": None, "rope_dims": None,
+        "qkv": "fused", "expansion": 4, "hidden": None, "gated": False, "activation": "gelu", "norm": "pre",
+        "normalization": "layer_norm", "eps": 1e-5, "bias": True, "attention_bias": None, "mlp_bias": None,
+        "query_bias": None, "key_bias": None, "value_bias": None, "out_bias": None}
+    assert spec.args["activation"].choices == ("gelu", "gelu_tanh", "relu", "silu", "quick_gelu")
     assert spec.args["norm"].choices == ("pre", "post")
+    assert spec.args["normalization"].choices == ("layer_norm", "rms_norm")
+    assert str(spec.shape) == "x[B, T, D], attn_bias?[B, H, T, T], rope?[B, 2, T, R] -> out[B, T, D]"
     assert all(arg.help for arg in spec.args.values())
 
 
@@ -91,8 +98,9 @@ def test_one_node_with_one_module_holding_plain_submodules():
     plan = hndl.resolve("transformer_block(2, causal=True, expansion=3, eps=1e-6)",
                         input_shape=("B", 4, 8), output_shape=("B", 4, 8))
     assert [node.alias for node in plan.nodes] == ["transformer_block"]
-    assert plan.nodes[0].args == {"heads": 2, "causal": True, "expansion": 3, "activation": "gelu", "norm": "pre",
-                                  "eps": 1e-6, "bias": True, "attention_bias": None, "mlp_bias": None}
+    assert {name: value for name, value in plan.nodes[0].args.items() if value is not None} == {
+        "heads": 2, "causal": True, "qkv": "fused", "expansion": 3, "gated": False, "activation": "gelu",
+        "norm": "pre", "normalization": "layer_norm", "eps": 1e-6, "bias": True}
     model, block = _module("transformer_block(2, causal=True, expansion=3, eps=1e-6)", ("B", 4, 8))
     assert list(dict(model.nodes.named_children())) == ["n_n0"]
     assert isinstance(block.norm1, nn.LayerNorm) and block.norm1.eps == 1e-6
@@ -368,3 +376,189 @@ def test_output_width_contradicting_the_input_is_a_constraint_error():
 
 def test_integer_input_is_a_dtype_error():
     assert _fails("transformer_block(2)", ("B", 4, 8), ("B", 4, 8), input_dtype="int64").code == "E_DTYPE"
+
+
+# == version 3: RMSNorm, grouped rotary attention, gated MLP, the bias and rope ports ============================
+from transformers import LlamaConfig, T5Config  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding  # noqa: E402
+from transformers.models.t5.modeling_t5 import T5Block  # noqa: E402
+
+LLAMA = ("transformer_block({extra}4, kv_heads=2, causal=True, qkv='separate', bias=False, normalization='rms_norm', "
+         "eps=1e-6, hidden=43, gated=True, activation='silu'{rope})")
+LLAMA_NAMES = {"norm1": "input_layernorm", "norm2": "post_attention_layernorm", "attention.": "self_attn.",
+               "out_proj": "o_proj", "feed_forward.": "mlp."}
+
+
+def _llama_names(name):
+    for ours, theirs in LLAMA_NAMES.items():
+        name = name.replace(ours, theirs)
+    return name
+
+
+def _llama_layer(block):
+    config = LlamaConfig(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, intermediate_size=43,
+                         rms_norm_eps=1e-6, rope_theta=10000.0, vocab_size=8, num_hidden_layers=1)
+    config._attn_implementation = "eager"
+    theirs = LlamaDecoderLayer(config, layer_idx=0)
+    theirs.load_state_dict({_llama_names(name): value for name, value in block.state_dict().items()})
+    return theirs, LlamaRotaryEmbedding(config)
+
+
+@pytest.mark.parametrize("port", [False, True])
+def test_matches_transformers_llama_decoder_layer(port):
+    torch.manual_seed(30)
+    if port:
+        model = network("r = rotary_embedding(x)\n" + LLAMA.format(extra="x, ", rope=", rope=r"),
+                        input_shape=("B", 7, 16), output_shape=("B", 7, 16), device="cpu")
+        block = model.nodes.n_n1
+    else:
+        model, block = _module(LLAMA.format(extra="", rope=", rope_theta=10000.0"), ("B", 7, 16))
+    assert isinstance(block.norm1, nn.RMSNorm) and block.norm1.eps == 1e-6 and block.feed_forward.gated
+    _perturbed(block)
+    theirs, rotary = _llama_layer(block)
+    assert len(theirs.state_dict()) == len(block.state_dict())
+    x = torch.randn(2, 7, 16, requires_grad=True)
+    positions = torch.arange(7)[None].expand(2, 7)
+    mask = torch.full((7, 7), float("-inf")).triu(1)[None, None].expand(2, 1, 7, 7)
+    ours = model(x)
+    expected = _tensor(theirs(x, attention_mask=mask, position_embeddings=rotary(x, positions)))
+    torch.testing.assert_close(ours, expected)
+    upstream = torch.randn_like(ours)
+    names = [name for name, _ in block.named_parameters()]
+    their_parameters = dict(theirs.named_parameters())
+    our_grads = torch.autograd.grad(ours, [x, *block.parameters()], upstream)
+    their_grads = torch.autograd.grad(expected, [x, *(their_parameters[_llama_names(name)] for name in names)],
+                                      upstream)
+    for a, b in zip(our_grads, their_grads):
+        torch.testing.assert_close(a, b)
+    rope = torch.stack(rotary(x, positions), dim=1) if port else None
+    torch.testing.assert_close(spec_of(TransformerBlock).reference(block)(x, None, rope), expected)
+
+
+@pytest.mark.parametrize("projection", ["relu", "gated-gelu"])
+def test_matches_transformers_t5_encoder_block_with_the_position_bias_on_the_port(projection):
+    torch.manual_seed(31)
+    gated = projection == "gated-gelu"
+    activation = "gelu_tanh" if gated else "relu"
+    model = network(f"b = relative_position_bias(x, 4)\ntransformer_block(x, 4, head_dim=8, scale=1.0, qkv='separate', "
+                    f"bias=False, normalization='rms_norm', eps=1e-6, hidden=24, gated={gated}, "
+                    f"activation={activation!r}, attn_bias=b)", input_shape=("B", 6, 20), output_shape=("B", 6, 20),
+                    device="cpu")
+    block = model.nodes.n_n1
+    _perturbed(block)
+    config = T5Config(d_model=20, d_kv=8, num_heads=4, d_ff=24, feed_forward_proj=projection, dropout_rate=0.0,
+                      layer_norm_epsilon=1e-6, vocab_size=8, num_layers=1)
+    config._attn_implementation = "eager"
+    theirs = T5Block(config, has_relative_attention_bias=False, layer_idx=0).eval()
+    names = {"norm1.weight": "layer.0.layer_norm.weight", "attention.q_proj.weight": "layer.0.SelfAttention.q.weight",
+             "attention.k_proj.weight": "layer.0.SelfAttention.k.weight",
+             "attention.v_proj.weight": "layer.0.SelfAttention.v.weight",
+             "attention.out_proj.weight": "layer.0.SelfAttention.o.weight", "norm2.weight": "layer.1.layer_norm.weight"}
+    names.update({"feed_forward.gate_proj.weight": "layer.1.DenseReluDense.wi_0.weight",
+                  "feed_forward.up_proj.weight": "layer.1.DenseReluDense.wi_1.weight",
+                  "feed_forward.down_proj.weight": "layer.1.DenseReluDense.wo.weight"} if gated else
+                 {"feed_forward.fc1.weight": "layer.1.DenseReluDense.wi.weight",
+                  "feed_forward.fc2.weight": "layer.1.DenseReluDense.wo.weight"})
+    assert set(block.state_dict()) == set(names) and set(theirs.state_dict()) == set(names.values())
+    theirs.load_state_dict({names[name]: value for name, value in block.state_dict().items()})
+    x = torch.randn(2, 6, 20, requires_grad=True)
+    bias = torch.randn(2, 4, 6, 6, requires_grad=True)
+    ours = block(x, bias)
+    expected = theirs(x, position_bias=bias)[0]
+    torch.testing.assert_close(ours, expected)
+    upstream = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad(ours, [x, bias], upstream), torch.autograd.grad(expected, [x, bias], upstream)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(spec_of(TransformerBlock).reference(block)(x, bias), expected)
+
+
+def test_matches_transformers_clip_encoder_layer_with_quick_gelu():
+    from transformers import CLIPTextConfig
+    from transformers.models.clip.modeling_clip import CLIPEncoderLayer
+
+    torch.manual_seed(32)
+    model, block = _module("transformer_block(4, activation='quick_gelu', qkv='separate')", ("B", 6, 16))
+    _perturbed(block)
+    config = CLIPTextConfig(hidden_size=16, num_attention_heads=4, intermediate_size=64, hidden_act="quick_gelu",
+                            layer_norm_eps=1e-5)
+    config._attn_implementation = "eager"
+    theirs = CLIPEncoderLayer(config).eval()
+    renames = {"norm1": "layer_norm1", "norm2": "layer_norm2", "attention.": "self_attn.", "out_proj": "out_proj",
+               "feed_forward.": "mlp."}
+
+    def rename(name):
+        for ours, their in renames.items():
+            name = name.replace(ours, their)
+        return name
+
+    theirs.load_state_dict({rename(name): value for name, value in block.state_dict().items()})
+    x = torch.randn(2, 6, 16)
+    torch.testing.assert_close(model(x), _tensor(theirs(x, None)))
+
+
+def test_rms_norm_blocks_hold_weight_only_norms():
+    _, block = _module("transformer_block(2, normalization='rms_norm', norm='post', eps=1e-6)", ("B", 5, 8))
+    assert isinstance(block.norm1, nn.RMSNorm) and isinstance(block.norm2, nn.RMSNorm)
+    assert [name for name in block.state_dict() if name.startswith("norm")] == ["norm1.weight", "norm2.weight"]
+    _perturbed(block)
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(block(x), spec_of(TransformerBlock).reference(block)(x))
+
+
+def test_version_three_defaults_compute_what_version_two_computed():
+    from hndl_ops_transformer.transformer_block_v2 import TransformerBlockV2
+
+    torch.manual_seed(33)
+    old = TransformerBlockV2(heads=2, causal=True, activation="relu", norm="post", D=8)
+    new = TransformerBlock(heads=2, causal=True, activation="relu", norm="post", D=8)
+    new.load_state_dict(old.state_dict())
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(new(x), old(x), rtol=0, atol=0)
+
+
+def test_float64_gradcheck_and_gradgradcheck_of_a_rotary_grouped_gated_rms_block_with_a_bias():
+    torch.manual_seed(34)
+    block = TransformerBlock(heads=2, kv_heads=1, causal=True, rope_theta=100.0, qkv="separate", hidden=5, gated=True,
+                             activation="silu", normalization="rms_norm", bias=False, D=4).double()
+    _perturbed(block)
+    names = [name for name, _ in block.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in block.parameters())
+
+    def run(x, bias, *values):
+        return functional_call(block, dict(zip(names, values)), (x, bias))
+
+    inputs = (torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True),
+              torch.randn(2, 2, 3, 3, dtype=torch.float64, requires_grad=True), *params)
+    assert torch.autograd.gradcheck(run, inputs)
+    assert torch.autograd.gradgradcheck(run, inputs, fast_mode=True)
+
+
+@pytest.mark.parametrize("source, field", [
+    ("transformer_block(4, kv_heads=3)", "kv_heads"), ("transformer_block(4, key_bias=False)", "qkv"),
+    ("transformer_block(4, attention_bias=False, query_bias=True)", "qkv"),
+    ("transformer_block(4, expansion=2, hidden=8)", "hidden"),
+    ("transformer_block(4, rope_theta=1e4, rope_dims=3)", "rope_dims"),
+])
+def test_inconsistent_version_three_arguments_are_argument_errors_naming_the_field(source, field):
+    error = _fails(source, ("B", 4, 16), ("B", 4, 16))
+    assert error.code == "E_ARGUMENT" and error.location.field == field
+
+
+@pytest.mark.parametrize("source", ["transformer_block(2, normalization='batch_norm')", "transformer_block(2, scale=0)",
+                                    "transformer_block(2, qkv='split')", "transformer_block(2, hidden=0)",
+                                    "transformer_block(2, activation='swiglu')", "transformer_block(2, rope_dims=4)"])
+def test_invalid_version_three_arguments_are_argument_errors(source):
+    assert _fails(source, ("B", 4, 8), ("B", 4, 8)).code == "E_ARGUMENT"
+
+
+def test_port_errors():
+    error = _fails("r = rotary_embedding(x)\ntransformer_block(x, 2, rope_theta=1e4, rope=r)", ("B", 4, 8), ("B", 4, 8))
+    assert error.code == "E_ARGUMENT"
+    error = _fails("b = relative_position_bias(x, 4)\ntransformer_block(x, 2, attn_bias=b)", ("B", 4, 8), ("B", 4, 8))
+    assert error.code == "E_CONSTRAINT"
+
+
+def test_direct_construction_checks_normalization():
+    with pytest.raises(HNDLError) as error:
+        TransformerBlock(heads=2, normalization="batch_norm", D=8)
+    assert error.value.code == "E_ARGUMENT" and error.value.location.field == "normalization"
