@@ -35,8 +35,8 @@ text has none):
 
 Inputs: ``sample [B, 3, 16, 16]`` and ``timestep [B, 1]``. The reference takes a rank-1 ``[B]``
 timestep vector; rank 1 is outside hndl-spec section 3 (contracts are rank 2, 3 or 4 including the
-batch), so the HNDL network takes ``timesteps[:, None]``, as a float (the reference converts its
-integer timesteps with ``.float()`` before the sinusoids, so the values are the same).
+batch), so the HNDL network takes ``timesteps[:, None]``: the same integer timesteps
+(``input_dtype={"timestep": "int64"}``), one per example.
 
 Size of the description. The HNDL network is the 108 non-blank, non-comment lines of ``SOURCE``, one
 operator call or join per line. The same network as a trusted callable (``unet2d``: loops over the
@@ -57,6 +57,8 @@ the HNDL text writes out only this one network, layer by layer.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,7 +66,7 @@ from diffusers import UNet2DModel
 
 import hndl
 from hndl import ops
-from hndl.torch import network
+from hndl.torch import network, restore
 
 CONFIG = dict(sample_size=16, in_channels=3, out_channels=3, block_out_channels=(32, 64), layers_per_block=1,
               down_block_types=("DownBlock2D", "AttnDownBlock2D"), up_block_types=("AttnUpBlock2D", "UpBlock2D"),
@@ -194,7 +196,8 @@ group_norm(8, name="conv_norm_out")
 swish()
 conv(kernel_size=3, padding=1, name="conv_out")
 """
-CONTRACT = dict(input_shape={"sample": ("B", 3, 16, 16), "timestep": ("B", 1)}, output_shape=("B", 3, 16, 16))
+CONTRACT = dict(input_shape={"sample": ("B", 3, 16, 16), "timestep": ("B", 1)}, output_shape=("B", 3, 16, 16),
+                input_dtype={"timestep": "int64"})
 
 
 def unet2d(*, sample, timestep):
@@ -336,7 +339,11 @@ def _inputs(batch: int = 2, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
 # -- the plan --------------------------------------------------------------------------------------------------
 def test_the_plan_resolves_every_size_from_the_contract():
     plan = hndl.resolve(SOURCE, **CONTRACT)
+    assert [(port["name"], port["shape"], port["dtype"]) for port in plan.inputs] == [
+        ("sample", ("B", 3, 16, 16), "float32"), ("timestep", ("B", 1), "int64")]
     nodes = {node.id: node for node in plan.nodes}
+    assert nodes["time_proj"].args == {"dims": 32, "flip_sin_to_cos": True, "downscale_freq_shift": 0.0, "scale": 1.0,
+                                       "max_period": 10_000}
     assert nodes["time_proj"].output_shapes["out"] == ("B", 32)
     assert nodes["time_linear_2"].output_shapes["out"] == ("B", 128)
     assert nodes["down0_downsample"].output_shapes["out"] == ("B", 32, 8, 8)
@@ -368,8 +375,8 @@ def test_parameters_and_buffers_are_exactly_the_references(model, reference):
     # neither saves a buffer; the sinusoid frequencies are a non-persistent buffer of the embedding node
     assert [name for name, _ in reference.named_buffers()] == []
     assert {name for name, _ in model.named_parameters()} == set(ours)
-    assert [name for name, _ in model.named_buffers()] == ["nodes.n_time_proj." + name for name, _ in
-                                                            model.nodes.n_time_proj.named_buffers()]
+    assert [name for name, _ in model.named_buffers()] == ["nodes.n_time_proj.frequencies"]
+    torch.testing.assert_close(model.nodes.n_time_proj.frequencies, torch.exp(-math.log(10_000) * torch.arange(16) / 16))
     assert all(parameter.requires_grad for parameter in model.parameters())
 
 
@@ -377,11 +384,20 @@ def test_parameters_and_buffers_are_exactly_the_references(model, reference):
 def test_eval_output_matches_diffusers_at_batch_2(model, reference):
     sample, timesteps = _inputs()
     with torch.no_grad():
-        ours = model(sample, timestep=timesteps[:, None].float())
+        ours = model(sample, timestep=timesteps[:, None])
         theirs = reference(sample, timesteps).sample
     assert ours.shape == (2, 3, 16, 16)
     torch.testing.assert_close(ours, theirs)
     assert not torch.allclose(ours[0], ours[1])  # the two timesteps make different predictions
+
+
+def test_the_saved_plan_and_state_restore_the_same_network(model, reference):
+    restored = restore(model.plan.to_json(), model.state_dict(), device="cpu").eval()  # a GraphModule
+    assert restored.plan.semantic_digest == model.plan.semantic_digest
+    sample, timesteps = _inputs()
+    with torch.no_grad():
+        ours = restored(sample=sample, timestep=timesteps[:, None])["output"]
+    torch.testing.assert_close(ours, reference(sample, timesteps).sample)
 
 
 def test_the_timestep_changes_the_prediction_like_the_reference(model, reference):
@@ -389,7 +405,7 @@ def test_the_timestep_changes_the_prediction_like_the_reference(model, reference
     sample = sample[:1].expand(2, -1, -1, -1)  # the same image at two timesteps
     timesteps = torch.tensor([10, 900])
     with torch.no_grad():
-        ours = model(sample, timestep=timesteps[:, None].float())
+        ours = model(sample, timestep=timesteps[:, None])
         torch.testing.assert_close(ours, reference(sample, timesteps).sample)
     assert not torch.allclose(ours[0], ours[1], atol=1e-3)
 
@@ -399,7 +415,7 @@ def test_a_training_step_matches_every_gradient_and_update():
     model = hndl_unet(reference).train()
     sample, timesteps = _inputs(batch=3, seed=2)
     noise = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(3))
-    F.mse_loss(model(sample, timestep=timesteps[:, None].float()), noise).backward()
+    F.mse_loss(model(sample, timestep=timesteps[:, None]), noise).backward()
     F.mse_loss(reference(sample, timesteps).sample, noise).backward()
     theirs = dict(reference.named_parameters())
     for key, parameter in model.named_parameters():
@@ -409,7 +425,7 @@ def test_a_training_step_matches_every_gradient_and_update():
         torch.optim.SGD(module.parameters(), lr=0.1).step()
     model.eval(), reference.eval()
     with torch.no_grad():
-        torch.testing.assert_close(model(sample, timestep=timesteps[:, None].float()),
+        torch.testing.assert_close(model(sample, timestep=timesteps[:, None]),
                                    reference(sample, timesteps).sample, rtol=1e-4, atol=1e-5)
 
 
