@@ -192,6 +192,11 @@ def test_an_unbound_middle_port_keeps_the_declared_order(registry):
     assert tuple(shift_node(plan).inputs) == ("x", "a", "b")
 
 
+def test_variadic_keywords_still_bind_in_declared_order(registry):
+    plan = configured("a = linear(x, 4)\nb = linear(x, 4)\nconcat(x1=b, x0=a)", registry, output_shape=("B", 8))
+    assert list(plan.nodes[-1].inputs.items()) == [("x0", "node:n0/out"), ("x1", "node:n1/out")]
+
+
 def test_multi_input_keyword_binding_in_capture_matches_configuration(registry):
     source = "l = linear(x, 4)\nr = linear(x, 4)\nadd(y=r, x=l)"
 
@@ -209,7 +214,7 @@ def test_multi_input_keyword_binding_in_capture_matches_configuration(registry):
 
 @pytest.mark.parametrize("source, code, words", [
     ("o = linear(x, 4)\nshift(x, o, offset=o)", "E_ARGUMENT", "bound twice"),
-    ("o = linear(x, 4)\nshift(x, o, o)", "E_ARGUMENT", "takes 2 tensor input(s), got 3"),
+    ("o = linear(x, 4)\nshift(x, o, o)", "E_ARGUMENT", "takes 2 tensor input(s) (x, offset?), got 3"),
     ("shift(offset=3)", "E_ARGUMENT", "takes a symbolic tensor"),
     ("o = linear(x, 4)\nshift(ofset=o)", "E_ARGUMENT", "has no argument"),
     ("a, b = split(2)\nshift(offset=b)", "E_CURRENT", "cleared current"),

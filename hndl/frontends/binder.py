@@ -172,9 +172,11 @@ class Binder:
         else:
             declared = declared_spec.inputs
         if len(leading) > len(declared):
+            optional = f" ({', '.join(p + '?' if p in spec.optional_inputs else p for p in declared)})" \
+                if spec.optional_inputs else ""
             raise HNDLError(
                 "E_ARGUMENT",
-                f"{spec.alias} takes {len(declared)} tensor input(s), got {len(leading)}",
+                f"{spec.alias} takes {len(declared)} tensor input(s){optional}, got {len(leading)}",
                 **where,
             )
         ports: dict[str, Symbol] = dict(zip(declared, leading))
@@ -196,6 +198,8 @@ class Binder:
                 self._check_owner(symbol, where)
         if variadic:
             ports = self._check_variadic(spec, ports, where)
+            if tuple(ports) != tuple(declared):  # keywords in another order: the declared one
+                ports = {port: ports[port] for port in declared}
             return ports, values
         required = declared_spec.required
         if len(required) == 1 and required[0] not in ports:
