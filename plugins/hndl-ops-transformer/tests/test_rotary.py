@@ -195,3 +195,35 @@ def test_a_missing_table_is_a_binding_error():
 def test_integer_inputs_are_dtype_errors():
     inputs, output = _contracts(8, 8)
     assert _fails("rotary(x, rope)", inputs, output, input_dtype={"rope": "int64"}).code == "E_DTYPE"
+
+
+# -- composition ------------------------------------------------------------------------------------
+def test_llama_attention_written_from_primitives_matches_transformers():
+    """LlamaAttention (GQA with 2 of 4 heads, RoPE, no biases) as a researcher writes it: projections,
+    split_heads, rotary on queries and keys, grouped causal attention, merge_heads, output projection."""
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    torch.manual_seed(3)
+    config = LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=16,
+                         num_hidden_layers=1, vocab_size=10, rope_theta=500000.0, attn_implementation="eager")
+    theirs = LlamaAttention(config, layer_idx=0).eval()
+    source = ("rope = rotary_embedding(x, theta=500000.0)\n"
+              "q = rotary(split_heads(linear(x, 32, bias=False, name='q_proj'), 4), rope)\n"
+              "k = rotary(split_heads(linear(x, 16, bias=False, name='k_proj'), 2), rope)\n"
+              "v = split_heads(linear(x, 16, bias=False, name='v_proj'), 2)\n"
+              "mixed = merge_heads(scaled_dot_product_attention(q, k, v, causal=True))\n"
+              "out = linear(mixed, bias=False, name='o_proj')")
+    model = network(source, input_shape=("B", 7, 32), output_shape=("B", 7, 32), device="cpu").eval()
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            getattr(model.nodes, f"n_{name}").weight.copy_(getattr(theirs, name).weight)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in theirs.parameters())
+    x = torch.randn(2, 7, 32, requires_grad=True)
+    cos, sin = LlamaRotaryEmbedding(config)(x, torch.arange(7)[None].expand(2, 7))
+    future = torch.ones(7, 7, dtype=torch.bool).triu(1)
+    mask = torch.zeros(2, 1, 7, 7).masked_fill(future, float("-inf"))
+    expected, _ = theirs(x, (cos, sin), mask)
+    ours = model(x)
+    torch.testing.assert_close(ours, expected)
+    upstream = torch.randn_like(ours)
+    torch.testing.assert_close(torch.autograd.grad(ours, x, upstream)[0], torch.autograd.grad(expected, x, upstream)[0])
