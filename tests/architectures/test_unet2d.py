@@ -40,7 +40,7 @@ batch), so the HNDL network takes ``timesteps[:, None]``: the same integer times
 
 Size of the description. The HNDL network is the 108 non-blank, non-comment lines of ``SOURCE``, one
 operator call or join per line. The same network as a trusted callable (``unet2d``: loops over the
-block types and two helpers, a ResNet block and an attention block, as diffusers writes it) is 52
+block types and two helpers, a ResNet block and an attention block, as diffusers writes it) is 53
 lines of code and resolves to the same plan, node for node (same semantic digest).
 The reference is what was read to learn what the model computes, counted with
 ``len(inspect.getsourcelines(obj)[0])`` (every line of the definition: code, docstrings, comments,
@@ -236,10 +236,11 @@ def unet2d(*, sample, timestep):
     skips = [(x, width)]
     last = len(widths) - 1
     for level, (kind, out) in enumerate(zip(CONFIG["down_block_types"], widths)):
-        x, width = resnet_block(x, width, out, f"down{level}_res0"), out
-        if kind == "AttnDownBlock2D":
-            x = attention_block(x, width, size >> level, f"down{level}_attn0")
-        skips.append((x, width))
+        for i in range(CONFIG["layers_per_block"]):
+            x, width = resnet_block(x, width, out, f"down{level}_res{i}"), out
+            if kind == "AttnDownBlock2D":
+                x = attention_block(x, width, size >> level, f"down{level}_attn{i}")
+            skips.append((x, width))
         if level < last:
             x = ops.conv(width, kernel_size=3, stride=2, padding=1, name=f"down{level}_downsample")
             skips.append((x, width))
