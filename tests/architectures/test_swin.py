@@ -18,6 +18,11 @@ text at 21 lines; its parameter count is checked against torchvision's published
 and comparing logits with torchvision's ``swin_t()`` gave a maximum difference of 0.0 once, by hand:
 too slow for this module).
 
+timm's Swin (``swin_tiny_patch4_window7_224`` built with the same small configuration) computes the
+same function with the MLP names ``mlp.fc1`` / ``mlp.fc2`` of ``swin_block``; the same text loads its
+parameters and gives its logits. timm keeps ``relative_position_index`` out of its state dict
+(non-persistent) where torchvision keeps it in; HNDL follows torchvision.
+
 The same network is also written with the attention as one call per block (``window_attention``)
 and the residuals, norms and MLP spelled out (1 x 1 convolutions are the per-position linears),
 the way the paper's equations read; it loads the same weights and gives the same logits.
@@ -40,7 +45,10 @@ comment-only lines). The module torchvision.models.swin_transformer itself is 1,
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import timm
 import torch
 from torchvision.models.swin_transformer import Swin_T_Weights, SwinTransformer
 
@@ -260,3 +268,33 @@ def test_full_size_swin_t_has_torchvision_parameter_count():
     assert shapes["stage0_1"] == ("B", 96, 56, 56) and shapes["stage3_1"] == ("B", 768, 7, 7)
     counts = parameter_counts(plan)  # constructed on the meta device: the count needs no memory
     assert sum(counts.values()) == Swin_T_Weights.IMAGENET1K_V1.meta["num_params"] == 28_288_354
+
+
+def _timm_name(ours: str) -> str:
+    """Our state-dict entry under timm's names."""
+    for pattern, replacement in ((r"nodes\.n_patch_embed\.", "patch_embed.proj."), (r"nodes\.n_embed_norm\.", "patch_embed.norm."),
+                                 (r"nodes\.n_stage1_(\d)\.", r"layers.0.blocks.\1."),
+                                 (r"nodes\.n_stage2_(\d)\.", r"layers.1.blocks.\1."),
+                                 (r"nodes\.n_merge\.", "layers.1.downsample."), (r"nodes\.n_norm\.", "norm."),
+                                 (r"nodes\.n_head\.", "head.fc.")):
+        ours = re.sub(pattern, replacement, ours)
+    return ours
+
+
+def test_the_same_text_matches_timm_swin():
+    torch.manual_seed(0)
+    reference = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, embed_dim=EMBED, depths=(2, 2),
+                                  num_heads=HEADS, window_size=WINDOW, img_size=48, num_classes=CLASSES).eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    model = network(SOURCE, device="cpu", **contract(48)).eval()
+    theirs = dict(reference.named_parameters())
+    ours = {name: _timm_name(name) for name, _ in model.named_parameters()}
+    assert set(ours.values()) == set(theirs)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(theirs[ours[name]])
+    images = torch.randn(2, 3, 48, 48, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        torch.testing.assert_close(model(images), reference(images))
