@@ -104,3 +104,10 @@ def test_fan_out_runs_each_producer_once():
     assert calls == {"shared": 1, "left": 1, "right": 1}
     h = F.linear(x, layer.weight, layer.bias)
     torch.testing.assert_close(out, torch.relu(h) + torch.tanh(h))
+
+
+@pytest.mark.parametrize("narrow", [("B", 8), ("B", 8, 1, 1)])
+def test_a_per_channel_operand_is_refused_with_channel_add_as_the_remedy(narrow):
+    error = _fails("add(x, y)", {"x": ("B", 8, 4, 4), "y": narrow}, ("B", 8, 4, 4))
+    assert error.code == "E_CONSTRAINT" and "joins never broadcast" in error.message
+    assert "channel_add(feature_map, vector)" in error.remedies[0]

@@ -126,3 +126,10 @@ def test_arguments_are_rejected():
 def test_integer_operand_is_a_dtype_error():
     error = _fails("mul(x, y)", {"x": ("B", 4), "y": ("B", 4)}, ("B", 4), input_dtype={"y": "int64"})
     assert error.code == "E_DTYPE" and error.location.field == "y"
+
+
+@pytest.mark.parametrize("narrow", [("B", 8), ("B", 8, 1, 1)])
+def test_a_per_channel_operand_is_refused_with_channel_scale_shift_as_the_remedy(narrow):
+    error = _fails("mul(x, y)", {"x": ("B", 8, 4, 4), "y": narrow}, ("B", 8, 4, 4))
+    assert error.code == "E_CONSTRAINT" and "joins never broadcast" in error.message
+    assert "channel_scale_shift(feature_map, params)" in error.remedies[0]
