@@ -272,7 +272,8 @@ def test_full_size_swin_t_has_torchvision_parameter_count():
 
 def _timm_name(ours: str) -> str:
     """Our state-dict entry under timm's names."""
-    for pattern, replacement in ((r"nodes\.n_patch_embed\.", "patch_embed.proj."), (r"nodes\.n_embed_norm\.", "patch_embed.norm."),
+    for pattern, replacement in ((r"nodes\.n_patch_embed\.", "patch_embed.proj."),
+                                 (r"nodes\.n_embed_norm\.", "patch_embed.norm."),
                                  (r"nodes\.n_stage1_(\d)\.", r"layers.0.blocks.\1."),
                                  (r"nodes\.n_stage2_(\d)\.", r"layers.1.blocks.\1."),
                                  (r"nodes\.n_merge\.", "layers.1.downsample."), (r"nodes\.n_norm\.", "norm."),
