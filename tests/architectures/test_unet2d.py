@@ -32,6 +32,9 @@ text has none):
   ``upsample(2)`` then a 3x3 conv. The up path concatenates the saved down-path activations in
   diffusers' order (``cat([h, skip])``, last saved first), so its ResNet blocks widen 64+64, 64+32,
   64+32 and 32+32.
+* **Variant.** ``resnet_time_scale_shift="scale_shift"`` (improved DDPM's adaptive group norm) is the
+  same text with ``channel_scale_shift`` after each block's second norm in place of the
+  ``channel_add`` before it (``scale_shift_source``), checked against that diffusers model too.
 
 Inputs: ``sample [B, 3, 16, 16]`` and ``timestep [B, 1]``. The reference takes a rank-1 ``[B]``
 timestep vector; rank 1 is outside hndl-spec section 3 (contracts are rank 2, 3 or 4 including the
@@ -58,6 +61,7 @@ the HNDL text writes out only this one network, layer by layer.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -303,20 +307,20 @@ MAPPING = {f"nodes.n_{ours}.{kind}": f"{theirs}.{kind}" for ours, theirs in _LAY
            for kind in ("weight", "bias")}
 
 
-def reference_unet() -> UNet2DModel:
+def reference_unet(**changes) -> UNet2DModel:
     torch.manual_seed(0)
-    reference = UNet2DModel(**CONFIG).eval()
+    reference = UNet2DModel(**CONFIG, **changes).eval()
     with torch.no_grad():  # norms start at 1 and 0: move every parameter
         for parameter in reference.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
     return reference
 
 
-def hndl_unet(reference: UNet2DModel) -> torch.nn.Module:
-    model = network(SOURCE, device="cpu", **CONTRACT).eval()
+def hndl_unet(reference: UNet2DModel, source: str = SOURCE, mapping: dict = MAPPING) -> torch.nn.Module:
+    model = network(source, device="cpu", **CONTRACT).eval()
     theirs = reference.state_dict()
-    assert set(MAPPING) == set(model.state_dict()) and set(MAPPING.values()) == set(theirs)
-    model.load_state_dict({ours: theirs[name] for ours, name in MAPPING.items()})
+    assert set(mapping) == set(model.state_dict()) and set(mapping.values()) == set(theirs)
+    model.load_state_dict({ours: theirs[name] for ours, name in mapping.items()})
     return model
 
 
@@ -428,6 +432,34 @@ def test_a_training_step_matches_every_gradient_and_update():
     with torch.no_grad():
         torch.testing.assert_close(model(sample, timestep=timesteps[:, None]),
                                    reference(sample, timesteps).sample, rtol=1e-4, atol=1e-5)
+
+
+# -- the scale-shift variant -----------------------------------------------------------------------------------
+def scale_shift_source() -> str:
+    """``SOURCE`` for ``resnet_time_scale_shift="scale_shift"`` (improved DDPM's AdaGN): each ResNet
+    block normalizes first, then scales and shifts the map by its time projection, ``norm2(h) * (1 +
+    scale) + shift`` (``channel_scale_shift``, whose projection width 2 * C is inferred). In this mode
+    diffusers' ``UNetMidBlock2D`` builds its attention without a group norm (``attn_groups`` falls to
+    None unless the shift is "default"), so the mid attention's norm line goes too."""
+    source, blocks = re.subn(
+        r'(h = conv\(\d+, kernel_size=3, padding=1, name="\w+_conv1"\))\n'
+        r'channel_add\(h, (linear\(temb, name="\w+"\))\)\n'
+        r'(group_norm\(8, name="\w+_norm2"\))\n',
+        r"\1\nh = \3\nchannel_scale_shift(h, \2)\n", SOURCE)
+    assert blocks == len(_RESNETS) and source.count('group_norm(8, name="mid_attn0_group_norm")\n') == 1
+    return source.replace('group_norm(8, name="mid_attn0_group_norm")\n', "")
+
+
+def test_the_scale_shift_variant_matches_diffusers():
+    reference = reference_unet(resnet_time_scale_shift="scale_shift")
+    mapping = {ours: theirs for ours, theirs in MAPPING.items() if not ours.startswith("nodes.n_mid_attn0_group_norm.")}
+    model = hndl_unet(reference, scale_shift_source(), mapping)
+    nodes = {node.id: node for node in model.plan.nodes}
+    assert nodes["up1_res1_time_emb_proj"].output_shapes["out"] == ("B", 64)  # 2 x 32 channels, inferred
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference.parameters()) == 756_035
+    sample, timesteps = _inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(model(sample, timestep=timesteps[:, None]), reference(sample, timesteps).sample)
 
 
 # -- the same network with loops -------------------------------------------------------------------------------
