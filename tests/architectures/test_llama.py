@@ -41,24 +41,22 @@ import hndl
 from hndl.torch import network
 
 VOCAB, WIDTH, LAYERS, HEADS, KV_HEADS, HIDDEN = 128, 64, 2, 4, 2, 172
-BLOCK = ("transformer_block({x}, 4, kv_heads=2, causal=True, qkv=\"separate\", bias=False, normalization=\"rms_norm\", "
-         "eps=1e-6, hidden=172, gated=True, activation=\"silu\"{rope}, name=\"layers_{i}\")")
-SOURCE = f"""
+SOURCE = """
 h = embedding(x, 128, 64, name="embed_tokens")
 rope = rotary_embedding(h, theta=10000.0, name="rotary_emb")
-{BLOCK.format(x="h", rope=", rope=rope", i=0).replace("transformer_block(", "h = transformer_block(", 1)}
-{BLOCK.format(x="h", rope=", rope=rope", i=1).replace("transformer_block(", "h = transformer_block(", 1)}
+h = transformer_block(h, 4, kv_heads=2, causal=True, qkv="separate", bias=False, normalization="rms_norm", eps=1e-6, hidden=172, gated=True, activation="silu", rope=rope, name="layers_0")
+h = transformer_block(h, 4, kv_heads=2, causal=True, qkv="separate", bias=False, normalization="rms_norm", eps=1e-6, hidden=172, gated=True, activation="silu", rope=rope, name="layers_1")
 h = rms_norm(h, 1e-6, name="norm")
 linear(h, 128, bias=False, name="lm_head")
-"""
+"""  # noqa: E501
 #: The same network with each block computing its own rotary table (rope_theta) instead of the rope port.
-SOURCE_OWN_TABLES = f"""
+SOURCE_OWN_TABLES = """
 embedding(128, 64, name="embed_tokens")
-{BLOCK.format(x="", rope=", rope_theta=10000.0", i=0).replace("(, ", "(")}
-{BLOCK.format(x="", rope=", rope_theta=10000.0", i=1).replace("(, ", "(")}
+transformer_block(4, kv_heads=2, causal=True, qkv="separate", bias=False, normalization="rms_norm", eps=1e-6, hidden=172, gated=True, activation="silu", rope_theta=10000.0, name="layers_0")
+transformer_block(4, kv_heads=2, causal=True, qkv="separate", bias=False, normalization="rms_norm", eps=1e-6, hidden=172, gated=True, activation="silu", rope_theta=10000.0, name="layers_1")
 rms_norm(1e-6, name="norm")
 linear(128, bias=False, name="lm_head")
-"""
+"""  # noqa: E501
 
 _BLOCK_NAMES = {
     "norm1.weight": "input_layernorm.weight", "attention.q_proj.weight": "self_attn.q_proj.weight",
