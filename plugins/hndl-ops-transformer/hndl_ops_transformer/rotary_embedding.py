@@ -3,8 +3,6 @@ one [B, 2, T, R] tensor that ``rotary`` (or the fused ``attention``) applies to 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import nn
 

@@ -61,7 +61,8 @@ def _reference(module):
         Example("q = split_heads(x, 2)\nrope = rotary_embedding(x)\nout = merge_heads(rotary(q, rope))",
                 ("B", 6, 16), ("B", 6, 16), note="Full rotary over heads of width 8: the table's R = 8 is "
                                                  "inferred from the queries."),
-        Example("q = split_heads(x, 2)\nrope = rotary_embedding(x, 4)\nout = merge_heads(rotary(q, rope, partial=True))",
+        Example("q = split_heads(x, 2)\nrope = rotary_embedding(x, 4)\n"
+                "out = merge_heads(rotary(q, rope, partial=True))",
                 ("B", 6, 16), ("B", 6, 16), note="Partial rotary: the first 4 of 8 dimensions turn, the rest "
                                                  "pass through."),
     ),

@@ -8,14 +8,6 @@ from torch import nn
 from hndl import Arg, Example, HNDLError, operator
 from hndl.arg import MAX_EXTENT
 
-#: The rank-4 layout rule every attention primitive of this pack shares, for the catalog.
-HEADS_LAYOUT = (
-    "Rank 4 is read here as `[B, H, T, E]` (batch, heads, positions, per-head width), not as "
-    "`[B, C, H, W]`: the heads are folded into the non-batch axes, so attention stays within "
-    "§3's ranks 2 to 4."
-)
-
-
 def _not_divisible(width: int, heads: int) -> str:
     return f"split_heads splits the width D={width} into heads={heads} heads, but {width} is not divisible by {heads}"
 

@@ -71,7 +71,8 @@ def test_an_unconsumed_width_is_unresolved():
     error = _fails("rotary_embedding()\nmerge_heads()\nlinear(4)", ("B", 5, 3), ("B", 5, 4))
     assert error.code in ("E_UNRESOLVED", "E_AMBIGUOUS")
     # merge_heads alone fixes it: D = 2 * R
-    node = hndl.resolve("rotary_embedding()\nmerge_heads()", input_shape=("B", 5, 3), output_shape=("B", 5, 12)).nodes[0]
+    node = hndl.resolve("rotary_embedding()\nmerge_heads()", input_shape=("B", 5, 3),
+                        output_shape=("B", 5, 12)).nodes[0]
     assert node.args["dims"] == 6
 
 

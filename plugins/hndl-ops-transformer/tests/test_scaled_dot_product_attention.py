@@ -34,7 +34,8 @@ def _model(heads, groups, length, keys, width, value_width, bias=False, dtype=No
     text = ", ".join(f"{name}={value!r}" for name, value in args.items())
     ports = "q, k, v, bias" if bias else "q, k, v"
     source = f"scaled_dot_product_attention({ports}{', ' + text if text else ''})"
-    model = network(source, input_shape=inputs, output_shape=output, device="cpu", **({"dtype": dtype} if dtype else {}))
+    model = network(source, input_shape=inputs, output_shape=output, device="cpu",
+                    **({"dtype": dtype} if dtype else {}))
     return model, model.nodes.n_n0
 
 
