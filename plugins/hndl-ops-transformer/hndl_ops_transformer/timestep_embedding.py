@@ -20,9 +20,15 @@ def _degenerate(dims: int, shift: float) -> str:
 _REMEDY = "Give more dimensions, or another downscale_freq_shift (diffusers uses 0 or 1)."
 
 
+def degenerate(dims: int, downscale_freq_shift: float) -> bool:
+    """Whether the frequencies divide by zero: ``dims // 2 - downscale_freq_shift = 0`` with at least
+    one frequency (a width of 1 has none and is a single zero)."""
+    return dims >= 2 and dims // 2 - downscale_freq_shift == 0
+
+
 def _validate(args) -> None:
     dims = args.get("dims")
-    if dims is not None and dims // 2 - args["downscale_freq_shift"] == 0:
+    if dims is not None and degenerate(dims, args["downscale_freq_shift"]):
         raise HNDLError("E_ARGUMENT", _degenerate(dims, args["downscale_freq_shift"]), field="downscale_freq_shift",
                         remedies=(_REMEDY,))
 
@@ -30,7 +36,7 @@ def _validate(args) -> None:
 def _relation(s) -> None:
     shape = s.shape("out")
     dims = shape[1] if shape else None
-    if dims is not None and dims // 2 - s.args["downscale_freq_shift"] == 0:
+    if dims is not None and degenerate(dims, s.args["downscale_freq_shift"]):
         s.error("E_CONSTRAINT", f"{_degenerate(dims, s.args['downscale_freq_shift'])}. {_REMEDY}")
 
 
@@ -121,7 +127,7 @@ class TimestepEmbedding(nn.Module):
     def __init__(self, dims: int, flip_sin_to_cos: bool = False, downscale_freq_shift: float = 1.0,
                  scale: float = 1.0, max_period: int = 10000) -> None:
         super().__init__()
-        if dims // 2 - downscale_freq_shift == 0:
+        if degenerate(dims, downscale_freq_shift):
             raise HNDLError("E_ARGUMENT", _degenerate(dims, downscale_freq_shift), field="downscale_freq_shift",
                             remedies=(_REMEDY,))
         self.dims = dims

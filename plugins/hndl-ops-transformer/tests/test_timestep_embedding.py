@@ -138,6 +138,14 @@ def test_a_degenerate_inferred_width_is_a_constraint_error():
                         input_dtype="int64").nodes[0].args["dims"] == 3
 
 
+def test_a_width_of_one_is_a_single_zero_as_in_diffusers():
+    model, _ = _embedding(1, downscale_freq_shift=0.0)
+    t = torch.tensor([[3], [8]])
+    torch.testing.assert_close(model(t), get_timestep_embedding(t.reshape(-1), 1, downscale_freq_shift=0),
+                               rtol=0, atol=0)
+    assert torch.equal(model(t), torch.zeros(2, 1))
+
+
 def test_direct_construction_refuses_a_degenerate_width():
     with pytest.raises(HNDLError) as error:
         TimestepEmbedding(2)
