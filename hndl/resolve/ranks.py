@@ -10,8 +10,10 @@ the ratios between unknown extents of the region).
 
 Everything seeded is a consequence of the specification, and every rule applied is a rule of
 the specification, so a contradiction in the region is a contradiction of the whole: a rank the
-region refutes is refuted. A rank the region admits may still be refuted by facts outside the
-region, unless the region is the whole graph; the resolver then falls back to a full trial.
+region refutes is refuted. A rank the region admits is admitted by the whole graph when the
+region is the whole graph, or when the trial taught the region's boundary tensors nothing the
+settled solve did not know (the nodes outside then have nothing new to apply); otherwise the
+resolver falls back to a full trial.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Region(NamedTuple):
     states: tuple[int, ...]  # indices into the settled solve's states, in execution order
     keys: tuple[str, ...]  # tensor keys, in the settled solve's order
     whole: bool  # the region is every node of the graph
+    boundary: tuple[str, ...]  # the region's tensors a node outside the region reads or makes
 
 
 def region(key: str, tensors: Mapping[str, TensorFacts], states: list[NodeState], topo: Topology) -> Region:
@@ -67,22 +70,58 @@ def region(key: str, tensors: Mapping[str, TensorFacts], states: list[NodeState]
                 if tensor.rank is None and other not in seen:
                     seen.add(other)
                     frontier.append(other)
+    return _region_of(key, chosen, states, topo)
+
+
+def _region_of(key: str, chosen: set[int], states: list[NodeState], topo: Topology) -> Region:
     indices = tuple(sorted(chosen))
     touched = {topo.keys[id(t)] for index in indices
                for t in (*states[index].inputs.values(), *states[index].outputs.values())}
     touched.add(key)
     keys = tuple(sorted(touched, key=topo.position.__getitem__))
-    return Region(indices, keys, len(indices) == len(states))
+    boundary = tuple(other for other in keys if any(index not in chosen for index in topo.touching[other]))
+    return Region(indices, keys, len(indices) == len(states), boundary)
 
 
 class LocalOutcome(NamedTuple):
-    """A region solved with one trial rank: its tensors by key, or the contradiction it raised."""
+    """A region solved with one trial rank: its tensors by key, or the contradiction it raised.
+
+    ``escaped`` is False when the trial left every boundary tensor of its (grown) region as the
+    settled solve knew it (extents, batch multiples, intervals, and which unknown extents are
+    tied together): the nodes outside the region then see nothing new, so the whole graph
+    admits the rank too. ``nodes`` counts the node states the trial solved, over all its growths.
+    """
 
     tensors: Optional[dict[str, TensorFacts]]
     error: Optional[HNDLError]
+    escaped: bool = True
+    nodes: int = 0
 
 
 def local_trial(
+    key: str, rank: int, reason: str, part: Region, tensors: Mapping[str, TensorFacts], states: list[NodeState],
+    topo: Topology, facts: Facts, max_iterations: int,
+) -> LocalOutcome:
+    """Solve ``part`` with ``key`` at ``rank``; while the trial teaches a boundary tensor something
+    new, grow the region by the nodes that read or make that tensor and solve again."""
+    chosen = set(part.states)
+    solved = 0
+    while True:
+        solved += len(part.states)
+        outcome = _solve_region(key, rank, reason, part, tensors, states, topo, facts, max_iterations)
+        if outcome.error is not None or outcome.tensors is None:
+            return outcome._replace(nodes=solved)
+        changed = _changed(part.boundary, tensors, facts, outcome.tensors)
+        if not changed:
+            return outcome._replace(escaped=False, nodes=solved)
+        grown = {index for other in changed for index in topo.touching[other]} - chosen
+        if not grown:  # cannot happen for a boundary tensor; kept as the conservative answer
+            return outcome._replace(nodes=solved)
+        chosen |= grown
+        part = _region_of(key, chosen, states, topo)
+
+
+def _solve_region(
     key: str, rank: int, reason: str, part: Region, tensors: Mapping[str, TensorFacts], states: list[NodeState],
     topo: Topology, facts: Facts, max_iterations: int,
 ) -> LocalOutcome:
@@ -101,6 +140,37 @@ def local_trial(
     except HNDLError as error:
         return LocalOutcome(None, error)
     return LocalOutcome(seeded, None)
+
+
+def _changed(boundary: Iterable[str], tensors: Mapping[str, TensorFacts], facts: Facts,
+             seeded: Mapping[str, TensorFacts]) -> set[str]:
+    """The boundary tensors the trial learned something about that the settled solve did not know."""
+    changed: set[str] = set()
+    before: dict[int, list] = {}
+    after: dict[object, list] = {}
+    for key in boundary:
+        was, now = tensors[key], seeded[key]
+        if was.rank != now.rank:
+            changed.add(key)
+            continue
+        if was.rank is None:
+            continue
+        if was.rendered() != now.rendered():
+            changed.add(key)
+            continue
+        local = now.facts
+        for axis, (old, new) in enumerate(zip(was.dims, now.dims)):
+            if facts.value(old) is not None or facts.batch_multiple(old) is not None:
+                continue
+            if facts.interval(old) != local.interval(new):
+                changed.add(key)
+            before.setdefault(facts.find(old)[0], []).append((key, axis))
+            after.setdefault(local.find(new)[0], []).append((key, axis))
+    groups_before = {tuple(group) for group in before.values()}
+    for group in after.values():
+        if tuple(group) not in groups_before:  # unknown extents the trial tied together
+            changed.update(entry[0] for entry in group)
+    return changed
 
 
 def _seed_region(keys: Iterable[str], tensors: Mapping[str, TensorFacts], facts: Facts, local: Facts) -> dict[str, TensorFacts]:

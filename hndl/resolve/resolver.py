@@ -194,12 +194,12 @@ def _local_pass(
             continue
         tensor = tensors[key]
         part = ranks_local.region(key, tensors, states, topo)
-        budget.spend(len(SUPPORTED_RANKS) * len(part.states) / whole, solved)
-        outcomes = {
-            rank: ranks_local.local_trial(key, rank, f"{tensor.label} tried at rank {rank}", part, tensors, states,
-                                          topo, solved.facts, limits["max_iterations"])
-            for rank in SUPPORTED_RANKS
-        }
+        outcomes = {}
+        for rank in SUPPORTED_RANKS:
+            outcomes[rank] = outcome = ranks_local.local_trial(
+                key, rank, f"{tensor.label} tried at rank {rank}", part, tensors, states, topo, solved.facts,
+                limits["max_iterations"])
+            budget.spend(max(outcome.nodes, len(part.states)) / whole, solved)
         fitting = [rank for rank, outcome in outcomes.items() if ranks_local.fits(outcome, CONTRADICTIONS)]
         if len(fitting) == 1:
             rank = fitting[0]
@@ -208,10 +208,11 @@ def _local_pass(
             survivor = outcomes[rank].tensors
             followers.update(other for other in part.keys if tensors[other].rank is None and survivor[other].rank is not None)
             continue
-        if not fitting or not part.whole:
+        if not fitting or not (part.whole or not any(outcomes[rank].escaped for rank in fitting)):
             undecided.append(key)  # a full trial gives the exact contradiction, or what the region cannot see
             continue
-        # The region is the whole graph: the ranks that fit it are the ranks that fit.
+        # The region is the whole graph, or nothing it learned reaches past it: the ranks that fit
+        # the region are the ranks that fit.
         tensor.rank_options = tuple(fitting)
         if all(outcomes[rank].tensors is not None for rank in fitting):
             _follow(tensors, [outcomes[rank].tensors for rank in fitting], followers, keys=part.keys)

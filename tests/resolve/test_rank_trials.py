@@ -89,3 +89,29 @@ def test_a_contradiction_found_by_a_region_is_reported_with_the_full_trials_reas
     assert [fact.split(":")[0] for fact in error.chain] == ["at rank 2", "at rank 3", "at rank 4"]
     assert "cannot supply the 8 * 4 * 5 = 160 elements" in error.chain[1] and "(node n4;" in error.chain[1]
     assert "layer_norm acts on the last axis" in error.chain[2]
+
+
+def test_many_independent_ambiguous_ranks_are_reported_without_a_full_trial_each(monkeypatch):
+    # Each reshape(2, 2) fits ranks 3 and 4 (the flatten after it takes either); its region sees
+    # that and nothing it learns reaches past the next node, so no full trial is needed.
+    calls = counted_solves(monkeypatch)
+    source = "\n".join(["reshape(2, 2)\nflatten()"] * 100)
+    with pytest.raises(HNDLError) as caught:
+        hndl.resolve(source, input_shape=("B", 4), output_shape=("B", 4))
+    assert caught.value.code == "E_AMBIGUOUS"
+    assert caught.value.message == ("reshape port 'out' is not determined: of unknown rank: "
+                                    "ranks 3 and 4 both fit its connected rules")
+    assert len(calls) == 1
+
+
+def test_a_region_grows_while_its_trial_teaches_a_boundary_tensor_something_new(monkeypatch):
+    # Rank 3 for the first reshape ties the batch of the block's last tensor to the plan batch,
+    # which the next block's first node reads: that node joins the region before the verdict.
+    seen = []
+    trial = ranks.local_trial
+    monkeypatch.setattr(ranks, "local_trial", lambda *args: seen.append((args[1], args[3], trial(*args))) or seen[-1][2])
+    hndl.resolve(copies(2), input_shape=SHAPE, output_shape=SHAPE)
+    first = {rank: (part, outcome) for rank, part, outcome in seen if part.states[0] == 0}
+    part, outcome = first[3]
+    assert outcome.error is None and not outcome.escaped and outcome.nodes > len(part.states)
+    assert first[2][1].error is not None and first[4][1].error is not None
