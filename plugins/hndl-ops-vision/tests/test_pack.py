@@ -13,8 +13,11 @@ from hndl.torch import build
 ALIASES = ("conv", "deconv", "adaptive_norm", "conv1d", "batch_norm", "group_norm", "instance_norm", "max_pool",
            "avg_pool", "adaptive_avg_pool", "upsample", "residual_block", "batch_norm1d", "max_pool1d", "avg_pool1d",
            "adaptive_avg_pool1d", "crop", "channel_layer_norm", "squeeze_excitation", "layer_scale", "stochastic_depth",
-           "depthwise_separable_conv", "inverted_residual", "bottleneck")
-CATEGORIES = {"convolution", "normalization", "pooling", "resampling", "block", "shape", "regularization"}
+           "depthwise_separable_conv", "inverted_residual", "bottleneck", "max_pool_v1", "avg_pool_v1", "max_pool1d_v1",
+           "avg_pool1d_v1", "channel_shuffle", "window_partition", "window_merge", "window_attention", "patch_merging",
+           "swin_block")
+CATEGORIES = {"convolution", "normalization", "pooling", "resampling", "block", "shape", "regularization",
+              "attention"}
 
 
 def test_registered_under_the_entry_point_group():
