@@ -99,8 +99,9 @@ def check_groups(s) -> None:
             )
 
 
-def window_relation(s, windows) -> None:
-    """The conv2d equation on each ``(axis, k, s, p, d)`` of ``windows``, between ports x and out:
+def window_relation(s, windows, output=conv_output, input_interval=conv_input_interval, mode: str = "") -> None:
+    """The conv2d equation (or another window equation given as ``output`` and its inverse
+    ``input_interval``) on each ``(axis, k, s, p, d)`` of ``windows``, between ports x and out:
     forward exactly, backward as the interval of inputs that produce the known output.
 
     A known input fixes the output, and the interval of that output always holds the input, so
@@ -118,15 +119,16 @@ def window_relation(s, windows) -> None:
             x, out = s.shape("x"), s.shape("out")
             extent, stale = x[axis], False
         if extent is not None:
-            produced = conv_output(extent, k, st, p, d)
+            produced = output(extent, k, st, p, d)
             if out[axis] == produced:
                 continue  # known and agreeing (a known extent is positive, so never too small)
             if produced < 1:
-                s.error("E_CONSTRAINT", f"input extent {extent} on axis {axis} is too small for kernel {k}, dilation {d}, padding {p}")
+                s.error("E_CONSTRAINT", f"input extent {extent} on axis {axis} is too small for kernel {k}, "
+                                        f"dilation {d}, padding {p}{mode}")
             s.axis("out", axis, produced)  # adds the extent, or reports the contradiction
             stale = True
         elif out[axis] is not None:
-            s.interval("x", axis, *conv_input_interval(out[axis], k, st, p, d))
+            s.interval("x", axis, *input_interval(out[axis], k, st, p, d))
             stale = True
 
 

@@ -81,33 +81,9 @@ def ceil_input_interval(out: int, k: int, s: int, p: int, d: int) -> tuple[int, 
 
 def ceil_window_relation(s, windows: Iterable[tuple[int, int, int, int, int]]) -> None:
     """The ceil-mode equation on each ``(axis, k, s, p, d)`` of ``windows``, between ports x and
-    out: forward exactly, backward as the interval of inputs that produce the known output.
-
-    The same walk as convolution.window_relation (which serves floor mode): a known input
-    fixes the output, whose interval always holds that input, so the backward step only runs
-    for an unknown input; shapes are read again only after an earlier axis added a fact.
-    """
-    x, out = s.shape("x"), s.shape("out")
-    if x is None or out is None:
-        return
-    stale = False
-    for axis, k, st, p, d in windows:
-        extent = x[axis]
-        if extent is None and stale:
-            x, out = s.shape("x"), s.shape("out")
-            extent, stale = x[axis], False
-        if extent is not None:
-            produced = ceil_output(extent, k, st, p, d)
-            if out[axis] == produced:
-                continue
-            if produced < 1:
-                s.error("E_CONSTRAINT", f"input extent {extent} on axis {axis} is too small for kernel {k}, "
-                                        f"stride {st}, dilation {d}, padding {p} even in ceil mode")
-            s.axis("out", axis, produced)
-            stale = True
-        elif out[axis] is not None:
-            s.interval("x", axis, *ceil_input_interval(out[axis], k, st, p, d))
-            stale = True
+    out: forward exactly, backward as the interval of inputs that produce the known output (the
+    walk of convolution.window_relation with the ceil-mode equation and its inverse)."""
+    window_relation(s, windows, ceil_output, ceil_input_interval, " even in ceil mode")
 
 
 def pool_windows(s, windows: Iterable[tuple[int, int, int, int, int]]) -> None:

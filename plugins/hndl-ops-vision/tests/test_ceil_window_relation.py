@@ -72,7 +72,7 @@ def plain_ceil_relation(s) -> None:
             produced = ceil_output(extent, k, st, p, d)
             if produced < 1:
                 s.error("E_CONSTRAINT", f"input extent {extent} on axis {axis} is too small for kernel {k}, "
-                                        f"stride {st}, dilation {d}, padding {p} even in ceil mode")
+                                        f"dilation {d}, padding {p} even in ceil mode")
             s.axis("out", axis, produced)
         result = s.shape("out")[axis]
         if result is not None:
