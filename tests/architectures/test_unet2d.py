@@ -381,7 +381,8 @@ def test_parameters_and_buffers_are_exactly_the_references(model, reference):
     assert [name for name, _ in reference.named_buffers()] == []
     assert {name for name, _ in model.named_parameters()} == set(ours)
     assert [name for name, _ in model.named_buffers()] == ["nodes.n_time_proj.frequencies"]
-    torch.testing.assert_close(model.nodes.n_time_proj.frequencies, torch.exp(-math.log(10_000) * torch.arange(16) / 16))
+    frequencies = torch.exp(-math.log(10_000) * torch.arange(16) / 16)  # 32 // 2 of them; downscale_freq_shift=0
+    torch.testing.assert_close(model.nodes.n_time_proj.frequencies, frequencies)
     assert all(parameter.requires_grad for parameter in model.parameters())
 
 
@@ -428,7 +429,8 @@ def test_a_training_step_matches_every_gradient_and_update():
         torch.testing.assert_close(parameter.grad, theirs[MAPPING[key]].grad, rtol=1e-4, atol=1e-6, msg=key)
     for module in (model, reference):
         torch.optim.SGD(module.parameters(), lr=0.1).step()
-    model.eval(), reference.eval()
+    model.eval()
+    reference.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(sample, timestep=timesteps[:, None]),
                                    reference(sample, timesteps).sample, rtol=1e-4, atol=1e-5)
