@@ -173,7 +173,9 @@ def _changed(boundary: Iterable[str], tensors: Mapping[str, TensorFacts], facts:
     return changed
 
 
-def _seed_region(keys: Iterable[str], tensors: Mapping[str, TensorFacts], facts: Facts, local: Facts) -> dict[str, TensorFacts]:
+def _seed_region(
+    keys: Iterable[str], tensors: Mapping[str, TensorFacts], facts: Facts, local: Facts
+) -> dict[str, TensorFacts]:
     """Fresh tensors for ``keys`` carrying every settled fact about their axes."""
     seeded: dict[str, TensorFacts] = {}
     classes: dict[int, tuple[int, object]] = {}  # settled root -> (a local variable in it, its ratio to the root)

@@ -206,7 +206,8 @@ def _local_pass(
             errors = {other: outcome.error for other, outcome in outcomes.items()}
             proven[key] = (rank, _only_rank_reason(tensor.label, rank, errors))
             survivor = outcomes[rank].tensors
-            followers.update(other for other in part.keys if tensors[other].rank is None and survivor[other].rank is not None)
+            followers.update(other for other in part.keys
+                             if tensors[other].rank is None and survivor[other].rank is not None)
             continue
         if not fitting or not (part.whole or not any(outcomes[rank].escaped for rank in fitting)):
             undecided.append(key)  # a full trial gives the exact contradiction, or what the region cannot see

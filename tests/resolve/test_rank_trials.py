@@ -109,7 +109,12 @@ def test_a_region_grows_while_its_trial_teaches_a_boundary_tensor_something_new(
     # which the next block's first node reads: that node joins the region before the verdict.
     seen = []
     trial = ranks.local_trial
-    monkeypatch.setattr(ranks, "local_trial", lambda *args: seen.append((args[1], args[3], trial(*args))) or seen[-1][2])
+
+    def recorded(*args):
+        seen.append((args[1], args[3], trial(*args)))
+        return seen[-1][2]
+
+    monkeypatch.setattr(ranks, "local_trial", recorded)
     hndl.resolve(copies(2), input_shape=SHAPE, output_shape=SHAPE)
     first = {rank: (part, outcome) for rank, part, outcome in seen if part.states[0] == 0}
     part, outcome = first[3]

@@ -44,7 +44,8 @@ def test_a_per_channel_operand_names_the_channel_operator(alias, operator_name, 
 
 def test_the_narrow_operand_first_is_recognised_too():
     error = _fails("add(y, x)", {"x": MAP, "y": ("B", 8)}, MAP)
-    assert error.message == "add operands differ: port x is [B, 8] and port y is [B, 8, 4, 4], and joins never broadcast"
+    assert error.message == ("add operands differ: port x is [B, 8] and port y is [B, 8, 4, 4], "
+                             "and joins never broadcast")
     assert "channel_add(feature_map, vector) with the [B, 8, 4, 4] tensor first and the [B, 8] one second" \
         in error.remedies[0]
 

@@ -68,7 +68,8 @@ def test_numerics_forward_and_backward(registry, x_shape, y_shape, out_shape):
 
 def test_attention_written_with_two_matmuls_matches_torch(registry):
     # scores = q @ k^T / sqrt(E), weights = softmax(scores, dim=-1), out = weights @ v, per head.
-    source = "k_t = transpose(k, -1, -2)\nscores = matmul(q, k_t)\nweights = softmax(scores, dim=-1)\nmatmul(weights, v)"
+    source = ("k_t = transpose(k, -1, -2)\nscores = matmul(q, k_t)\nweights = softmax(scores, dim=-1)\n"
+              "matmul(weights, v)")
     shapes = {"q": ("B", 2, 5, 4), "k": ("B", 2, 6, 4), "v": ("B", 2, 6, 3)}
     model = network(source, input_shape=shapes, output_shape=("B", 2, 5, 3), device="cpu", registry=registry)
     q, k, v = (torch.randn(2, *shapes[name][1:]) for name in ("q", "k", "v"))
