@@ -57,16 +57,40 @@ def test_a_misspelt_operator_on_the_command_line_suggests_the_alias(cli):
     assert "  remedy: Did you mean linear?" in result.err.splitlines()
 
 
-def test_a_pack_that_fails_to_import_names_the_packs_that_load(cli, tmp_path, broken_site, on_path):
+#: The first-party packs, in the order every default list puts them (before any third-party pack).
+FIRST_PARTY = ("basic", "vision", "transformer", "pretrained")
+
+
+def _installed_packs(env: dict) -> list[str]:
+    """The names under the `hndl.packs` entry-point group, as the interpreter sees them with ``env``:
+    read from the installed metadata, not from HNDL, so the expectation does not restate the code under test."""
+    script = ("from importlib.metadata import entry_points\n"
+              "print(' '.join(sorted({point.name for point in entry_points(group='hndl.packs')})))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env, "PYTHONNOUSERSITE": "1"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_a_pack_that_fails_to_import_names_the_packs_that_load(cli, tmp_path, broken_site, lab_site, on_path):
+    """The remedy lists every installed pack that loads (whatever else is installed: a third-party pack
+    such as the cookiecutter template's is simulated by ``lab``), first-party ones first, never the broken one."""
     spec = tmp_path / "mlp.hndl"
     spec.write_text("linear(16)\nrelu()\nlinear()\n", encoding="utf-8")
-    result = cli("resolve", spec, *CONTRACT, env=on_path(broken_site))
+    env = on_path(broken_site)
+    env["PYTHONPATH"] = os.pathsep.join((str(lab_site), env["PYTHONPATH"]))
+    installed = _installed_packs(env)
+    assert {"broken", "lab", "basic"} <= set(installed)
+    loading = [name for name in installed if name != "broken"]
+    expected = [name for name in FIRST_PARTY if name in loading] + sorted(set(loading) - set(FIRST_PARTY))
+
+    result = cli("resolve", spec, *CONTRACT, env=env)
     assert result.rc == 2
     lines = result.err.splitlines()
     assert lines[0].startswith("E_REGISTRY (field packs): operator pack 'broken' (hndl_cli_test_no_such_module) "
                                "failed to import: ModuleNotFoundError")
-    assert lines[-1] == "  remedy: Choose the packs with --packs basic,vision,transformer,pretrained."
-    narrowed = cli("resolve", spec, *CONTRACT, "--packs", "basic,vision,transformer,pretrained", env=on_path(broken_site))
+    assert lines[-1] == f"  remedy: Choose the packs with --packs {','.join(expected)}."
+    narrowed = cli("resolve", spec, *CONTRACT, "--packs", ",".join(expected), env=env)
     assert narrowed.rc == 0, narrowed.err
 
 
