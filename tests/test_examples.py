@@ -98,6 +98,9 @@ EXPECTED = {
         "0      backbone  pretrained  [B, 3, 16, 16]  [B, 32]",
         "1      head      linear      [B, 32]         [B, 5]",
     ],
+    "diffusion_unet": [
+        "Network: sample=[B, 3, 16, 16], timestep=[B, 1] -> output=[B, 3, 16, 16] dtype=float32 input_dtype=timestep:int64",
+    ],
 }
 
 
@@ -170,3 +173,12 @@ def test_pretrained_backbone_example_runs_offline_from_a_local_checkpoint(tmp_pa
     assert "backbone in eval mode while training: True" in lines
     assert "backbone weights unchanged: True" in lines
     assert _loss_fell(lines, "head training loss: ")
+
+
+def test_diffusion_unet_example_builds_the_unet_and_trains(tmp_path):
+    lines = _run_example("diffusion_unet", tmp_path)
+    assert lines[0] == EXPECTED["diffusion_unet"][0]
+    assert "nodes: 121; resnet blocks: 8; attention blocks: 4" in lines
+    assert "parameters: 702499; buffers: nodes.n_time_proj.frequencies (not saved: True)" in lines
+    assert _loss_fell(lines, "noise-prediction loss (mean of 5 steps): ")
+    assert any(line.startswith("samples: [4, 3, 16, 16], values in [") for line in lines)
