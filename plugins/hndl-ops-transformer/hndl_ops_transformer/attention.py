@@ -20,9 +20,12 @@ from .rotary import apply_rotary, rotary_frequencies, rotary_tables
 QKV_LAYOUTS = ("fused", "separate")
 PROJECTIONS = ("query", "key", "value", "out")
 
-#: The shape contract: the sequence, an optional additive bias on the scores (one [T, T] map per
-#: head, rank 4 read as [B, H, T, S]) and an optional rotary table ([B, 2, T, R]: cos then sin).
-SHAPE = "x[B, T, D], attn_bias?[B, H, T, T], rope?[B, 2, T, R] -> out[B, T, D]"
+#: The shape contract: the sequence, an optional additive bias on the scores (one [T, S] map per
+#: head, rank 4 read as [B, H, T, S]), an optional rotary table ([B, 2, T, R]: cos then sin) and an
+#: optional context [B, S, E] the keys and values come from (cross-attention; S = T without it).
+SHAPE = "x[B, T, D], attn_bias?[B, H, T, S], rope?[B, 2, T, R], context?[B, S, E] -> out[B, T, D]"
+#: The self-attention contract of transformer_block (no context: the bias is [B, H, T, T]).
+SELF_SHAPE = "x[B, T, D], attn_bias?[B, H, T, T], rope?[B, 2, T, R] -> out[B, T, D]"
 
 
 def projection_biases(args: Mapping[str, Any]) -> dict[str, bool]:
@@ -74,17 +77,48 @@ def _head_width(s) -> Optional[int]:
     return None
 
 
+def _bound(s, port: str) -> bool:
+    return port in s.inputs and s.bound(port)
+
+
+def _cross_attention_rules(s) -> None:
+    """With a context: no causal mask, no rotary positions, and a fused projection needs E = D;
+    without one, the bias is [B, H, T, T] (S = T)."""
+    if not _bound(s, "context"):
+        if _bound(s, "attn_bias"):
+            known = [shape[1] for shape in (s.shape("x"), s.shape("out")) if shape and shape[1] is not None]
+            bias = s.shape("attn_bias")
+            if known:
+                s.axis("attn_bias", 3, known[0])
+            elif bias and bias[3] is not None:
+                s.axis("x", 1, bias[3])
+        return
+    if s.args.get("causal"):
+        s.error("E_ARGUMENT", "causal=True masks the future of a sequence attending to itself; with a context "
+                              "(cross-attention) every query sees the whole context: drop causal or the context")
+    if s.args.get("rope_theta") is not None or _bound(s, "rope"):
+        s.error("E_ARGUMENT", "rotary positions turn queries and keys of one sequence; with a context "
+                              "(cross-attention) give neither rope_theta nor the rope port")
+    context, x = s.shape("context"), s.shape("x") or s.shape("out")
+    if (s.args.get("qkv", "fused") == "fused" and context and x and context[-1] is not None and x[-1] is not None
+            and context[-1] != x[-1]):
+        s.error("E_CONSTRAINT", f"the fused projection reads x and the context with one weight, but the context "
+                                f"width {context[-1]} differs from D={x[-1]}: give qkv='separate'")
+
+
 def attention_relation(s) -> None:
     """D divisible by heads (unless head_dim is given); the attn_bias port has one map per query head;
-    the rope port rotates rope_dims (default the head width) of each head and excludes rope_theta."""
+    the rope port rotates rope_dims (default the head width) of each head and excludes rope_theta;
+    the cross-attention rules of the context port."""
     heads_divide_width(s)
+    _cross_attention_rules(s)
     head = _head_width(s)
     rope_dims = s.args.get("rope_dims")
     if rope_dims is not None and head is not None and rope_dims > head:
         s.error("E_CONSTRAINT", f"rope_dims={rope_dims} exceeds the head width {head}")
-    if "attn_bias" in s.inputs and s.bound("attn_bias"):
+    if _bound(s, "attn_bias"):
         s.axis("attn_bias", 1, s.args["heads"])
-    rope_bound = "rope" in s.inputs and s.bound("rope")
+    rope_bound = _bound(s, "rope")
     if rope_bound:
         if s.args.get("rope_theta") is not None:
             s.error("E_ARGUMENT", "the rope port and rope_theta both give a rotary table; give one: the port for a "
@@ -127,19 +161,23 @@ def _reference(module):
         out = x @ weight.t()
         return out if bias is None else out + bias
 
-    def forward(x, attn_bias=None, rope=None):
+    def forward(x, attn_bias=None, rope=None, context=None):
         batch, length, _ = x.shape
         heads, groups, size = module.heads, module.kv_heads, module.head_dim
+        source = x if context is None else context
         if module.qkv == "fused":
-            qkv = linear(x, module.in_proj_weight, module.in_proj_bias)
-            q, k, v = qkv.split((heads * size, groups * size, groups * size), dim=-1)
+            weights = module.in_proj_weight.split((heads * size, groups * size, groups * size))
+            biases = (None,) * 3 if module.in_proj_bias is None else module.in_proj_bias.split(
+                (heads * size, groups * size, groups * size))
+            q = linear(x, weights[0], biases[0])
+            k, v = linear(source, weights[1], biases[1]), linear(source, weights[2], biases[2])
         else:
             q = linear(x, module.q_proj.weight, module.q_proj.bias)
-            k = linear(x, module.k_proj.weight, module.k_proj.bias)
-            v = linear(x, module.v_proj.weight, module.v_proj.bias)
+            k = linear(source, module.k_proj.weight, module.k_proj.bias)
+            v = linear(source, module.v_proj.weight, module.v_proj.bias)
 
         def split(t, count):
-            return t.reshape(batch, length, count, size).permute(0, 2, 1, 3)
+            return t.reshape(batch, t.shape[1], count, size).permute(0, 2, 1, 3)
 
         q, k, v = split(q, heads), split(k, groups), split(v, groups)
         if module.rope_theta is not None:
@@ -197,14 +235,17 @@ ARGS = {
 @operator(
     "attention",
     version=2,
-    summary="Multi-head scaled dot-product self-attention over a [B, T, D] sequence, with grouped key/value "
-            "heads, rotary positions and an optional additive score bias.",
+    summary="Multi-head scaled dot-product attention over a [B, T, D] sequence (self-attention, or "
+            "cross-attention to a context), with grouped key/value heads, rotary positions and an optional "
+            "additive score bias.",
     shape=SHAPE,
     relation=attention_relation,
     validate=_validate,
     shape_text="x and out are [B, T, D]; D must be divisible by heads unless head_dim is given; the optional "
-               "attn_bias is [B, heads, T, T] (rank 4 read as [B, H, T, S]), added to the scores; the optional rope "
-               "is a rotary_embedding table [B, 2, T, R] with R = rope_dims (default the head width).",
+               "attn_bias is [B, heads, T, S] (rank 4 read as [B, H, T, S]), added to the scores, with S = T unless "
+               "a context is bound; the optional rope is a rotary_embedding table [B, 2, T, R] with R = rope_dims "
+               "(default the head width); the optional context [B, S, E] gives the keys and values "
+               "(cross-attention; E = D unless qkv='separate').",
     args=ARGS,
     category="attention",
     examples=(
@@ -222,6 +263,17 @@ ARGS = {
         Example("attention(2, head_dim=8, scale=1.0, bias=False, qkv='separate')", ("B", 5, 12), ("B", 5, 12),
                 note="Heads of an explicit width (2 * 8 = 16 inner units for D = 12) and unscaled scores, "
                      "as T5 configures d_kv."),
+        Example("r = rotary_embedding(x)\nattention(x, 4, kv_heads=1, causal=True, rope=r)", ("B", 9, 32),
+                ("B", 9, 32),
+                note="Multi-query attention taking its rotary table from a rotary_embedding node (R = 8, the head "
+                     "width, inferred from this consumer)."),
+        Example("b = relative_position_bias(x, 4)\nattention(x, 4, scale=1.0, attn_bias=b)", ("B", 6, 32),
+                ("B", 6, 32),
+                note="T5-style attention: unscaled scores plus a learned relative position bias on the attn_bias "
+                     "port."),
+        Example("memory = linear(x, 24)\nattention(x, 4, qkv='separate', context=memory)", ("B", 7, 32),
+                ("B", 7, 32),
+                note="Cross-attention: queries from x (D = 32), keys and values from a 24-wide context."),
     ),
     reference=_reference,
 )
@@ -254,6 +306,12 @@ class Attention(nn.Module):
       (`relative_position_bias`), an ALiBi table or an additive mask (`-inf` masks a pair).
       With `causal=True` position `t` sees only positions `0..t`, on top of any bias.
       Rank 4 here reads as `[B, H, T, S]`: heads, query positions, key positions.
+    * **Cross-attention.** A bound `context` port `[B, S, E]` supplies the keys and values
+      (queries still come from `x`): the decoder's attention over an encoder's output in T5,
+      Whisper or the original transformer, a UNet's attention over text embeddings. `k_proj`
+      and `v_proj` then read width `E` (`qkv="separate"`; the fused layout needs `E = D`), the
+      `attn_bias` port is `[B, heads, T, S]`, and `causal` and rotary positions, which concern a
+      sequence attending to itself, are E_ARGUMENT.
     * **Rotary positions.** `rope_theta` turns the first `rope_dims` (default `head_dim`)
       dimensions of every query and key head by the position's angles, in the half-split
       ("rotate half") convention of transformers' LLaMA; the inverse frequencies are a
@@ -271,7 +329,7 @@ class Attention(nn.Module):
     * **Deterministic.** There is no dropout and no randomness in forward; train and eval mode
       compute the same thing. No padding mask beyond what the attn_bias port adds.
     * **Versions.** Version 2 added `kv_heads`, `head_dim`, `scale`, the per-projection biases,
-      `qkv`, `rope_theta`, `rope_dims` and the `attn_bias` and `rope` ports. With their defaults it
+      `qkv`, `rope_theta`, `rope_dims` and the `attn_bias`, `rope` and `context` ports. With their defaults it
       computes exactly what `attention@1` computed, with the same parameters; plans saved with
       `attention@1` still restore (through `attention_v1`).
     """
@@ -293,6 +351,7 @@ class Attention(nn.Module):
         rope_theta: Optional[float] = None,
         rope_dims: Optional[int] = None,
         D: int,
+        E: Optional[int] = None,
     ) -> None:
         super().__init__()
         args = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, bias=bias, query_bias=query_bias,
@@ -306,6 +365,11 @@ class Attention(nn.Module):
             raise _argument_error(f"rope_dims={rope_dims} exceeds the head width {self.head_dim}", "rope_dims",
                                   "Give rope_dims at most the head width.")
         self.embed_dim = D
+        self.context_dim = D if E is None else E
+        if qkv == "fused" and self.context_dim != D:
+            raise HNDLError("E_CONSTRAINT", f"the fused projection reads x and the context with one weight, but the "
+                                            f"context width {E} differs from D={D}", field="qkv",
+                            remedies=("Give qkv='separate' for a context of another width.",))
         self.heads = heads
         self.kv_heads = heads if kv_heads is None else kv_heads
         self.causal = causal
@@ -324,8 +388,8 @@ class Attention(nn.Module):
                 nn.init.zeros_(self.in_proj_bias)
         else:
             self.q_proj = nn.Linear(D, inner, bias=biases["query"])
-            self.k_proj = nn.Linear(D, kv_inner, bias=biases["key"])
-            self.v_proj = nn.Linear(D, kv_inner, bias=biases["value"])
+            self.k_proj = nn.Linear(self.context_dim, kv_inner, bias=biases["key"])
+            self.v_proj = nn.Linear(self.context_dim, kv_inner, bias=biases["value"])
             for projection in (self.q_proj, self.k_proj, self.v_proj):
                 if projection.bias is not None:
                     nn.init.zeros_(projection.bias)
@@ -348,24 +412,32 @@ class Attention(nn.Module):
             inv_freq = rotary_frequencies(self.rope_dims, self.rope_theta, device=inv_freq.device)
         return rotary_tables(inv_freq, length, dtype)
 
-    def _project(self, x):
+    def _project(self, x, context):
         batch, length, _ = x.shape
         heads, groups, size = self.heads, self.kv_heads, self.head_dim
-        if self.qkv == "fused":
-            qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
-            if groups == heads:
-                return qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).unbind(0)
-            q, k, v = qkv.split((heads * size, groups * size, groups * size), dim=-1)
-        else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if context is None:
+            context = x
+            if self.qkv == "fused":
+                qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+                if groups == heads:
+                    return qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).unbind(0)
+                q, k, v = qkv.split((heads * size, groups * size, groups * size), dim=-1)
+        elif self.qkv == "fused":
+            inner = heads * size
+            bias = self.in_proj_bias
+            q = F.linear(x, self.in_proj_weight[:inner], None if bias is None else bias[:inner])
+            k, v = F.linear(context, self.in_proj_weight[inner:], None if bias is None else bias[inner:]).chunk(2, -1)
+        if self.qkv == "separate":
+            q, k, v = self.q_proj(x), self.k_proj(context), self.v_proj(context)
+        source = context.shape[1]
         return (q.view(batch, length, heads, size).transpose(1, 2),
-                k.view(batch, length, groups, size).transpose(1, 2),
-                v.view(batch, length, groups, size).transpose(1, 2))
+                k.reshape(batch, source, groups, size).transpose(1, 2),
+                v.reshape(batch, source, groups, size).transpose(1, 2))
 
-    def forward(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor] = None,
-                rope: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor] = None, rope: Optional[torch.Tensor] = None,
+                context: Optional[torch.Tensor] = None) -> torch.Tensor:
         batch, length, _ = x.shape
-        q, k, v = self._project(x)
+        q, k, v = self._project(x, context)
         if self.inv_freq is not None:
             cos, sin = self.rotary_tables(length, q.dtype)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
@@ -394,6 +466,8 @@ class Attention(nn.Module):
             biases.update(query=self.q_proj.bias is not None, key=self.k_proj.bias is not None,
                           value=self.v_proj.bias is not None)
         text = f"D={self.embed_dim}, heads={self.heads}"
+        if self.context_dim != self.embed_dim:
+            text += f", E={self.context_dim}"
         if self.kv_heads != self.heads:
             text += f", kv_heads={self.kv_heads}"
         text += f", head_dim={self.head_dim}, causal={self.causal}, qkv={self.qkv!r}"

@@ -13,7 +13,7 @@ from hndl.arg import MAX_EXTENT
 from hndl.declaration import spec_of
 
 from .attention import ARGS as ATTENTION_ARGS
-from .attention import SHAPE, Attention, attention_relation, check_attention_args
+from .attention import SELF_SHAPE, Attention, attention_relation, check_attention_args
 from .feed_forward import ACTIVATION_HELP, ACTIVATIONS, FeedForward, hidden_width
 
 NORM_PLACEMENTS = ("pre", "post")
@@ -83,7 +83,7 @@ def _pick(*names: str) -> dict[str, Arg]:
     version=3,
     summary="Transformer layer: attention then feed_forward, each in a residual with a layer_norm or rms_norm "
             "before (pre-norm) or after (post-norm) it.",
-    shape=SHAPE,
+    shape=SELF_SHAPE,
     relation=attention_relation,
     validate=_validate,
     shape_text="x and out are [B, T, D]; D must be divisible by heads unless head_dim is given; the optional "
@@ -148,6 +148,21 @@ def _pick(*names: str) -> dict[str, Arg]:
                 "                  normalization='rms_norm', eps=1e-6, hidden=172, gated=True, activation='silu')",
                 ("B", 12, 64), ("B", 12, 64),
                 note="A LLaMA decoder layer (LlamaDecoderLayer): grouped-query rotary attention, RMSNorm, SwiGLU."),
+        Example("r = rotary_embedding(x)\n"
+                "h = transformer_block(x, 4, kv_heads=2, causal=True, qkv='separate', bias=False, "
+                "normalization='rms_norm', gated=True, activation='silu', rope=r)\n"
+                "transformer_block(h, 4, kv_heads=2, causal=True, qkv='separate', bias=False, "
+                "normalization='rms_norm', gated=True, activation='silu', rope=r)",
+                ("B", 10, 32), ("B", 10, 32),
+                note="Two LLaMA-style layers sharing one rotary table on their rope ports (R = 8, the head width, "
+                     "inferred from the blocks)."),
+        Example("b = relative_position_bias(x, 4)\n"
+                "h = transformer_block(x, 4, head_dim=8, scale=1.0, qkv='separate', bias=False, "
+                "normalization='rms_norm', eps=1e-6, hidden=64, activation='relu', attn_bias=b)\n"
+                "transformer_block(h, 4, head_dim=8, scale=1.0, qkv='separate', bias=False, "
+                "normalization='rms_norm', eps=1e-6, hidden=64, activation='relu', attn_bias=b)",
+                ("B", 6, 32), ("B", 6, 32),
+                note="Two T5 encoder layers sharing one relative position bias on their attn_bias ports."),
         Example("transformer_block(4, activation='quick_gelu')", ("B", 7, 32), ("B", 7, 32),
                 note="A CLIP encoder layer (CLIPEncoderLayer, hidden_act='quick_gelu')."),
     ),

@@ -3,8 +3,9 @@ torch.nn.MultiheadAttention (forward and backward), causal masking, float64 grad
 gradgradcheck, determinism, and every error code it raises; then version 2's options: grouped
 key/value heads and rotary positions against transformers' LlamaAttention, the rope port (a
 rotary_embedding table) against the internal table, the additive attn_bias port, scale, head_dim,
-the separate projection layout and per-projection biases, the inv_freq buffer, inference of the
-ports' extents both ways, and their error codes."""
+the separate projection layout and per-projection biases, the inv_freq buffer, cross-attention to a
+context port against torch.nn.MultiheadAttention, inference of the ports' extents both ways, and
+their error codes."""
 
 import copy
 
@@ -52,7 +53,7 @@ def test_declaration():
         "rope_dims": None}
     assert spec.args["qkv"].choices == ("fused", "separate")
     assert all(arg.help for arg in spec.args.values())
-    assert str(spec.shape) == "x[B, T, D], attn_bias?[B, H, T, T], rope?[B, 2, T, R] -> out[B, T, D]"
+    assert str(spec.shape) == "x[B, T, D], attn_bias?[B, H, T, S], rope?[B, 2, T, R], context?[B, S, E] -> out[B, T, D]"
 
 
 def test_parameters_follow_the_multihead_attention_layout():
@@ -458,6 +459,80 @@ def test_float64_gradcheck_and_gradgradcheck_with_every_option():
     external = Attention(heads=2, kv_heads=1, qkv="separate", rope_dims=2, D=4).double()
     assert torch.autograd.gradcheck(lambda x, r: external(x, None, r),
                                     (torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True), rope))
+
+
+# -- cross-attention: the context port ---------------------------------------------------------------------------
+CROSS = "memory = reshape(x, 4, 64)\nattention(x, 4, {options}context=memory)"
+
+
+def test_cross_attention_reads_keys_and_values_from_a_context_of_another_length_and_width():
+    torch.manual_seed(40)
+    model = network(CROSS.format(options="qkv='separate', "), input_shape=("B", 8, 32), output_shape=("B", 8, 32),
+                    device="cpu")
+    node = model.plan.nodes[1]
+    assert node.input_shapes == {"x": ("B", 8, 32), "context": ("B", 4, 64)}
+    layer = model.nodes.n_n1
+    assert tuple(layer.k_proj.weight.shape) == (32, 64) and tuple(layer.v_proj.weight.shape) == (32, 64)
+    _perturb(layer)
+    mha = nn.MultiheadAttention(32, 4, batch_first=True, kdim=64, vdim=64)
+    with torch.no_grad():
+        mha.q_proj_weight.copy_(layer.q_proj.weight)
+        mha.k_proj_weight.copy_(layer.k_proj.weight)
+        mha.v_proj_weight.copy_(layer.v_proj.weight)
+        mha.in_proj_bias.copy_(torch.cat((layer.q_proj.bias, layer.k_proj.bias, layer.v_proj.bias)))
+        mha.out_proj.load_state_dict(layer.out_proj.state_dict())
+    x = torch.randn(3, 8, 32, requires_grad=True)
+    memory = x.reshape(3, 4, 64)
+    ours = model(x)
+    theirs = mha(x, memory, memory, need_weights=False)[0]
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(ours, spec_of(Attention).reference(layer)(x, context=memory))
+    upstream = torch.randn_like(ours)
+    torch.testing.assert_close(torch.autograd.grad(ours, x, upstream)[0], torch.autograd.grad(theirs, x, upstream)[0])
+
+
+def test_fused_cross_attention_loads_multihead_attention_weights():
+    torch.manual_seed(41)
+    layer = Attention(heads=2, D=8)
+    _perturb(layer)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    mha.load_state_dict(layer.state_dict())
+    x, memory = torch.randn(2, 5, 8), torch.randn(2, 3, 8)
+    bias = torch.randn(2, 2, 5, 3)
+    torch.testing.assert_close(layer(x, context=memory), mha(x, memory, memory, need_weights=False)[0])
+    torch.testing.assert_close(layer(x, bias, context=memory),
+                               spec_of(Attention).reference(layer)(x, bias, context=memory))
+    grouped = Attention(heads=4, kv_heads=2, D=8)
+    torch.testing.assert_close(grouped(x, context=memory), spec_of(Attention).reference(grouped)(x, context=memory))
+
+
+def test_cross_attention_float64_gradcheck():
+    torch.manual_seed(42)
+    layer = Attention(heads=2, kv_heads=1, qkv="separate", key_bias=False, D=4, E=3).double()
+    _perturb(layer)
+    inputs = (torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True),
+              torch.randn(2, 2, 3, 2, dtype=torch.float64, requires_grad=True),
+              torch.randn(2, 2, 3, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(lambda x, b, c: layer(x, b, context=c), inputs)
+    assert torch.autograd.gradgradcheck(lambda x, b, c: layer(x, b, context=c), inputs)
+
+
+@pytest.mark.parametrize("options, code", [("qkv='separate', causal=True, ", "E_ARGUMENT"),
+                                           ("qkv='separate', rope_theta=10000.0, ", "E_ARGUMENT"),
+                                           ("", "E_CONSTRAINT")])
+def test_cross_attention_errors(options, code):
+    assert _fails(CROSS.format(options=options), ("B", 8, 32), ("B", 8, 32)).code == code
+
+
+def test_without_a_context_the_bias_is_square():
+    source = "m = reshape(x, 4, 64)\nb = relative_position_bias(m, 2)\nattention(x, 2, attn_bias=b)"
+    assert _fails(source, ("B", 8, 32), ("B", 8, 32)).code == "E_CONSTRAINT"
+
+
+def test_direct_construction_refuses_a_fused_projection_of_another_context_width():
+    with pytest.raises(HNDLError) as error:
+        Attention(heads=2, D=8, E=6)
+    assert error.value.code == "E_CONSTRAINT" and error.value.location.field == "qkv"
 
 
 # -- version 2's errors ----------------------------------------------------------------------------------------
