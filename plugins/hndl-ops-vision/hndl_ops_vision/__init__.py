@@ -26,6 +26,7 @@ from .depthwise_separable_conv import DepthwiseSeparableConv
 from .group_norm import GroupNorm
 from .instance_norm import InstanceNorm
 from .inverted_residual import InvertedResidual
+from .inverted_residual_v1 import InvertedResidualV1
 from .layer_scale import LayerScale
 from .max_pool import MaxPool
 from .max_pool_v1 import MaxPoolV1
@@ -48,6 +49,7 @@ OPERATORS = (
     SqueezeExcitation, LayerScale, StochasticDepth, DepthwiseSeparableConv, InvertedResidual, Bottleneck,
     MaxPoolV1, AvgPoolV1, MaxPool1dV1, AvgPool1dV1, ChannelShuffle,
     WindowPartition, WindowMerge, WindowAttention, PatchMerging, SwinBlock,
+    InvertedResidualV1,
 )
 
 

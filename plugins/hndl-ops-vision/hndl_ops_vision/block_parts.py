@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hndl import Arg
+
 
 #: Activations a block accepts by name; every one is out-of-place.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -48,3 +50,27 @@ def same_padding(kernel: int, dilation: int = 1) -> int:
     return (kernel - 1) // 2 * dilation
 
 
+
+
+def make_divisible(value: float, divisor: int) -> int:
+    """The nearest multiple of ``divisor`` to ``value``, at least ``divisor`` and never more than
+    10% below ``value``: torchvision's and timm's ``_make_divisible`` / ``make_divisible``, the
+    channel rounding of MobileNetV3 and EfficientNet. ``divisor=1`` gives ``max(1, round(value))``
+    with halves rounded up."""
+    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    if rounded < 0.9 * value:
+        rounded += divisor
+    return rounded
+
+
+def norm_args() -> dict[str, Arg]:
+    """The ``norm_eps`` and ``norm_momentum`` arguments of a block whose batch norms torchvision
+    and timm configure (``norm_layer=partial(nn.BatchNorm2d, eps=..., momentum=...)``)."""
+    return {
+        "norm_eps": Arg(float, 1e-5, min=0, exclusive_min=True, positional=False,
+                        help="eps of every batch norm of the block (torch's default 1e-5; MobileNetV3 and "
+                             "EfficientNet-B5..B7/V2 use 1e-3)."),
+        "norm_momentum": Arg(float, 0.1, min=0, max=1, positional=False,
+                             help="momentum of every batch norm's running statistics (torch's default 0.1; "
+                                  "MobileNetV3 uses 0.01)."),
+    }
