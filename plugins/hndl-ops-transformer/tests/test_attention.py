@@ -506,6 +506,21 @@ def test_fused_cross_attention_loads_multihead_attention_weights():
     torch.testing.assert_close(grouped(x, context=memory), spec_of(Attention).reference(grouped)(x, context=memory))
 
 
+def test_matches_whisper_cross_attention_without_a_key_bias():
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperAttention
+
+    torch.manual_seed(43)
+    layer = Attention(heads=4, key_bias=False, qkv="separate", D=32)
+    _perturb(layer)
+    config = WhisperConfig(d_model=32, decoder_attention_heads=4)
+    config._attn_implementation = "eager"
+    theirs = WhisperAttention(32, 4, is_decoder=True, layer_idx=0, config=config).eval()
+    theirs.load_state_dict(layer.state_dict())  # q_proj, k_proj (no bias), v_proj, out_proj one to one
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    torch.testing.assert_close(layer(x, context=memory), theirs(x, key_value_states=memory)[0])
+
+
 def test_cross_attention_float64_gradcheck():
     torch.manual_seed(42)
     layer = Attention(heads=2, kv_heads=1, qkv="separate", key_bias=False, D=4, E=3).double()

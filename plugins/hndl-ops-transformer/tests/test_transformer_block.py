@@ -496,6 +496,32 @@ def test_matches_transformers_clip_encoder_layer_with_quick_gelu():
     torch.testing.assert_close(model(x), _tensor(theirs(x, None)))
 
 
+def test_matches_transformers_whisper_encoder_layer_without_a_key_bias():
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoderLayer
+
+    torch.manual_seed(35)
+    model, block = _module("transformer_block(4, key_bias=False, qkv='separate')", ("B", 6, 16))
+    assert block.attention.k_proj.bias is None and block.attention.q_proj.bias is not None
+    _perturbed(block)
+    config = WhisperConfig(d_model=16, encoder_attention_heads=4, encoder_ffn_dim=64, activation_function="gelu",
+                           dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    config._attn_implementation = "eager"
+    theirs = WhisperEncoderLayer(config).eval()
+    renames = {"norm1": "self_attn_layer_norm", "norm2": "final_layer_norm", "attention.": "self_attn.",
+               "feed_forward.": ""}
+
+    def rename(name):
+        for ours, their in renames.items():
+            name = name.replace(ours, their)
+        return name
+
+    assert {rename(name) for name in block.state_dict()} == set(theirs.state_dict())
+    theirs.load_state_dict({rename(name): value for name, value in block.state_dict().items()})
+    x = torch.randn(2, 6, 16)
+    torch.testing.assert_close(model(x), _tensor(theirs(x, None)))
+
+
 def test_rms_norm_blocks_hold_weight_only_norms():
     _, block = _module("transformer_block(2, normalization='rms_norm', norm='post', eps=1e-6)", ("B", 5, 8))
     assert isinstance(block.norm1, nn.RMSNorm) and isinstance(block.norm2, nn.RMSNorm)
