@@ -34,7 +34,7 @@ test: install $(CHROMIUM)
 	$(PY) -m sphinx -W --keep-going -E -q -b html docs docs/_build/html
 
 demo: install
-	$(PY) examples/mlp.py
+	$(PY) examples/demo.py
 
 docs: install
 	$(PY) -m hndl.docs

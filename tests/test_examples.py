@@ -1,6 +1,7 @@
 """The examples in examples/ run as a user would run them, and print what they promise.
 
-`make demo` runs examples/mlp.py: it must print the §7 table and train one step.
+`make demo` runs examples/demo.py: widths inferred both ways, an explained failure, a falling
+training loss, a saved and restored plan. examples/mlp.py prints the §7 table and trains one step.
 """
 
 import os
@@ -105,7 +106,7 @@ EXPECTED = {
 
 
 def test_every_example_is_tested():
-    tested = {"mlp", *EXPECTED}
+    tested = {"mlp", "demo", *EXPECTED}
     assert {path.stem for path in (ROOT / "examples").glob("*.py")} == tested
 
 
@@ -182,3 +183,31 @@ def test_diffusion_unet_example_builds_the_unet_and_trains(tmp_path):
     assert "parameters: 702499; buffers: nodes.n_time_proj.frequencies (not saved: True)" in lines
     assert _loss_fell(lines, "noise-prediction loss (mean of 5 steps): ")
     assert any(line.startswith("samples: [4, 3, 16, 16], values in [") for line in lines)
+
+
+def test_the_demo_shows_inference_both_ways_an_explained_failure_training_and_restoring(tmp_path):
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "\ndemo: install\n\t$(PY) examples/demo.py\n" in makefile
+    lines = _run_example("demo", tmp_path)
+    assert _contains_block(lines, [
+        "Network: [B, 2] -> [B, 3]  dtype=float32",
+        "index  name     operation  input shape  output shape",
+        "0      hidden1  linear     [B, 2]       [B, 64]",
+        "1      n1       relu       [B, 64]      [B, 64]",
+        "2      hidden2  linear     [B, 64]      [B, 64]",
+        "3      n3       relu       [B, 64]      [B, 64]",
+        "4      classes  linear     [B, 64]      [B, 3]",
+        "  hidden1.in_features = 2 (inferred: forward, from the input contract [B, 2])",
+        "  hidden2.in_features = 64 (inferred: forward, from hidden1's 64)",
+        "  classes.out_features = 3 (inferred: backward, from the output contract [B, 3])",
+    ])
+    failure = lines.index("  caught HNDLError E_CONSTRAINT; print(error) shows:")
+    assert lines[failure + 1].startswith("  E_CONSTRAINT (node classes; line 6, column 1): ")
+    assert any(line.startswith("    because: ") for line in lines[failure + 1:])
+    assert any(line.startswith("    remedy: ") for line in lines[failure + 1:])
+    losses = [float(line.split("loss ")[1]) for line in lines if line.startswith("  step ")]
+    assert len(losses) == 7 and losses[-1] < losses[0] / 10, losses
+    accuracy = next(line for line in lines if line.startswith("  accuracy on 600 held-out points: "))
+    assert float(accuracy.rsplit(" ", 1)[1].rstrip("%")) > 90
+    assert any(line.startswith("  semantic digest: sha256:") for line in lines)
+    assert lines[-1] == "  restored model gives the same outputs: True"
