@@ -13,7 +13,7 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding=
 
 def _blocks() -> list[tuple[str, str]]:
     """Every fenced block as (info string, body), in order."""
-    return re.findall(r"^```(\w*)\n(.*?)^```$", README, flags=re.MULTILINE | re.DOTALL)
+    return re.findall(r"^```(\w*)[^\n]*\n(.*?)^```$", README, flags=re.MULTILINE | re.DOTALL)
 
 
 def _generator() -> str:
@@ -21,19 +21,31 @@ def _generator() -> str:
     return re.search(r'GENERATOR = """(.*?)"""', body, flags=re.DOTALL).group(1)
 
 
-def test_the_30x30_excerpt_is_the_real_error_chain():
+def test_the_30x30_excerpt_is_what_a_script_prints():
+    """Uncaught, the error is a traceback: the page shows its first line, elides the frames, and shows
+    the exception line and every line of the message after it, whole (tests/docs/test_code_blocks.py
+    runs the block itself and compares the same text)."""
     blocks = _blocks()
     call = next(index for index, (info, body) in enumerate(blocks)
                 if info == "python" and 'output_shape=("B", 3, 30, 30)' in body)
-    shown = blocks[call + 1][1]
+    info, shown = blocks[call + 1]
+    assert info == "text"
     try:
         hndl.resolve(_generator(), input_shape=("B", 128), output_shape=("B", 3, 30, 30))
     except hndl.HNDLError as error:
-        actual = f"HNDLError: {error}\n"
+        actual = f"hndl.errors.HNDLError: {error}\n"
     else:
         raise AssertionError("the README's 30x30 request resolved")
-    assert shown == actual
+    assert shown == "Traceback (most recent call last):\n  ...\n" + actual
     assert "(relu)" in shown  # the elementwise links of the chain are shown, not elided
+
+
+def test_the_files_the_cli_section_names_ship_in_examples():
+    section = README.split("## The `hndl` command", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"examples/[\w.]+\.hndl", section))
+    assert named == {"examples/mlp.hndl", "examples/mlp_wide.hndl"}
+    root = Path(__file__).resolve().parents[1]
+    assert all((root / name).is_file() for name in named)
 
 
 def test_the_hndl_command_is_found_in_the_virtual_environment():
