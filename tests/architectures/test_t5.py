@@ -52,10 +52,12 @@ h = transformer_block(h, 4, head_dim=8, scale=1.0, qkv="separate", bias=False, n
 rms_norm(h, 1e-6, name="final_layer_norm")
 """  # noqa: E501
 
-_ATTENTION = {"norm1.weight": "layer.0.layer_norm.weight", "attention.q_proj.weight": "layer.0.SelfAttention.q.weight",
+_ATTENTION = {"norm1.weight": "layer.0.layer_norm.weight",
+              "attention.q_proj.weight": "layer.0.SelfAttention.q.weight",
               "attention.k_proj.weight": "layer.0.SelfAttention.k.weight",
               "attention.v_proj.weight": "layer.0.SelfAttention.v.weight",
-              "attention.out_proj.weight": "layer.0.SelfAttention.o.weight", "norm2.weight": "layer.1.layer_norm.weight"}
+              "attention.out_proj.weight": "layer.0.SelfAttention.o.weight",
+              "norm2.weight": "layer.1.layer_norm.weight"}
 _MLP = {
     "relu": {"feed_forward.fc1.weight": "layer.1.DenseReluDense.wi.weight",
              "feed_forward.fc2.weight": "layer.1.DenseReluDense.wo.weight"},

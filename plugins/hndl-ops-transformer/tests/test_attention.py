@@ -596,7 +596,8 @@ def test_head_dim_lifts_the_divisibility_rule():
 
 
 @pytest.mark.parametrize("options, field", [({"kv_heads": 3}, "kv_heads"), ({"key_bias": False}, "qkv"),
-                                            ({"qkv": "split"}, "qkv"), ({"rope_theta": 1e4, "rope_dims": 6}, "rope_dims")])
+                                            ({"qkv": "split"}, "qkv"),
+                                            ({"rope_theta": 1e4, "rope_dims": 6}, "rope_dims")])
 def test_direct_construction_checks_the_arguments(options, field):
     with pytest.raises(HNDLError) as error:
         Attention(heads=4, D=16, **options)

@@ -58,7 +58,8 @@ def test_each_old_alias_keeps_the_identity_and_the_arguments_its_successor_exten
     registry = Registry.from_packs("transformer")
     old, new = registry.get(f"{alias}_v{old_version}"), registry.get(alias)
     assert (old.identity, old.version, new.identity, new.version) == (alias, old_version, alias, new_version)
-    assert registry.by_identity(f"{alias}@{old_version}") is old and registry.by_identity(f"{alias}@{new_version}") is new
+    assert registry.by_identity(f"{alias}@{old_version}") is old
+    assert registry.by_identity(f"{alias}@{new_version}") is new
     assert issubclass(old.cls, new.cls)
     for name, arg in old.args.items():  # every old argument survives with its default and bounds
         assert new.args[name].default == arg.default and new.args[name].min == arg.min
