@@ -64,3 +64,17 @@ def test_the_template_command_writes_outside_the_repository():
     assert "--no-index --no-build-isolation /tmp/hndl-acme" in README
     ignored = (Path(__file__).resolve().parents[1] / ".gitignore").read_text(encoding="utf-8").split()
     assert "hndl-acme/" in ignored
+
+
+def test_the_pack_table_names_every_operator_of_each_first_party_pack():
+    """The table under "Packs: the operators" lists exactly the aliases each installed first-party pack
+    registers (old-version aliases included), so a new operator is not missing from the README."""
+    from hndl.packs import installed_first_party
+
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", README, flags=re.MULTILINE))
+    for pack in installed_first_party():
+        aliases = {spec.alias for spec in hndl.Registry.from_packs(pack)}
+        named = set(re.findall(r"\b[a-z][a-z0-9_]*\b", re.sub(r"\([^()]*`[^()]*\)|\([A-Z][^()]*\)", "", rows[pack])))
+        prose = {"and", "which", "keep", "version", "plans", "restoring", "older", "policies", "transformers", "timm",
+                 "local", "pth", "checkpoints", "as", "single", "nodes", "1"}
+        assert named - prose == aliases, (pack, sorted((named - prose) ^ aliases))
