@@ -87,7 +87,7 @@ def test_the_resolver_completes_mobilenet_v2():
     plan = hndl.resolve(MOBILENET_V2, **CONTRACT)
     nodes = {node.id: node for node in plan.nodes}
     blocks = [node for node in plan.nodes if node.alias == "inverted_residual"]
-    assert len(blocks) == 17
+    assert len(blocks) == 17 and all(node.op == "inverted_residual@2" for node in blocks)
     assert [node.args["in_channels"] for node in blocks] == [32, 16, 24, 24, 32, 32, 32, 64, 64, 64, 64, 96, 96,
                                                               96, 160, 160, 160]
     assert all(node.provenance["in_channels"] == "inferred" for node in blocks)
