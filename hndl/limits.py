@@ -25,6 +25,8 @@ DEFAULT_LIMITS: Mapping[str, int] = MappingProxyType(
         "max_state_bytes": 64 * 2**30,  # a build lowers this default to the target device's memory
         "max_iterations": 1_000,
         "max_node_modules": 4_096,
+        # Whole-graph trial solves the rank search may spend settling ranks the sweep left open.
+        "max_rank_trials": 256,
     }
 )
 

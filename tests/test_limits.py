@@ -49,11 +49,12 @@ def mlp_file(tmp_path):
 
 
 # -- the mapping -------------------------------------------------------------------------------
-def test_default_limits_have_the_six_keys_of_section_5_and_the_per_node_module_bound():
+def test_default_limits_have_the_six_keys_of_section_5_the_per_node_module_bound_and_the_rank_trials():
     assert set(DEFAULT_LIMITS) == {
         "max_nodes", "max_edges", "max_dimension", "max_elements", "max_state_bytes", "max_iterations",
-        "max_node_modules",
+        "max_node_modules", "max_rank_trials",
     }
+    assert DEFAULT_LIMITS["max_rank_trials"] == 256
     assert all(type(value) is int and value > 0 for value in DEFAULT_LIMITS.values())
 
 

@@ -79,10 +79,9 @@ def _seed(tensor: TensorFacts, shape: tuple, what: str, facts: Facts, field: str
 
 
 # -- step 4b: ranks the sweep left open ------------------------------------------------------
-#: How many trial solves of the whole graph the rank search may run in one resolution, unless
-#: ``limits["max_rank_trials"]`` says otherwise. A trial of a region (ranks.py) counts as the
-#: fraction of the graph's nodes it solves. Past the budget the search fails with E_RESOURCE.
-MAX_RANK_TRIALS = 256
+# How many trial solves of the whole graph the rank search may run in one resolution is
+# ``limits["max_rank_trials"]``. A trial of a region (ranks.py) counts as the fraction of the
+# graph's nodes it solves. Past the budget the search fails with E_RESOURCE.
 #: The codes that show a trial rank is impossible; any other failure leaves the rank possible.
 CONTRADICTIONS = ("E_CONSTRAINT", "E_RESHAPE")
 
@@ -106,7 +105,7 @@ def _settle_ranks(graph: Graph, order: list, limits: Mapping[str, int], solved: 
     budget it fails with E_RESOURCE. Specifications whose ranks the sweep settles never come
     here, so their plans are unchanged.
     """
-    budget = _TrialBudget(limits.get("max_rank_trials", MAX_RANK_TRIALS), "max_rank_trials" in limits)
+    budget = _TrialBudget(limits["max_rank_trials"])
     ranks: dict[str, tuple[int, str]] = {}
     while True:
         open_keys = [key for key, tensor in solved.tensors.items() if tensor.rank is None]
@@ -156,9 +155,8 @@ def _settle_ranks(graph: Graph, order: list, limits: Mapping[str, int], solved: 
 class _TrialBudget:
     """The rank search's allowance of whole-graph trial solves (E_RESOURCE once spent)."""
 
-    def __init__(self, allowance: int, from_limits: bool) -> None:
+    def __init__(self, allowance: int) -> None:
         self.allowance = allowance
-        self.from_limits = from_limits
         self.spent = 0.0
 
     def spend(self, solves: float, solved: _Solved) -> None:
@@ -173,8 +171,7 @@ class _TrialBudget:
                 remedies=(
                     "Fix these ranks where the tensors are made: give every non-batch axis of a shape "
                     "argument (one entry per axis), or connect them to an operator or a contract of one rank.",
-                    "Raise limits['max_rank_trials']." if self.from_limits else
-                    f"Raise hndl.resolve.resolver.MAX_RANK_TRIALS (now {self.allowance}).",
+                    f"Raise the limit: limits={{'max_rank_trials': {2 * self.allowance}}}.",
                 ),
             )
 

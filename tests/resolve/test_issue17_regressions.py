@@ -5,6 +5,7 @@ import pytest
 
 import hndl
 from hndl import HNDLError
+from hndl.limits import DEFAULT_LIMITS
 from hndl.resolve import resolver
 
 
@@ -59,7 +60,7 @@ def test_the_rank_search_runs_a_bounded_number_of_trial_solves(monkeypatch):
     monkeypatch.setattr(resolver, "_solve", lambda *args: calls.append(args[-1]) or solve(*args))
     source = "\n".join(["reshape(2, 2)\nrelu()"] * 20 + ["flatten()"])
     fails(source, "E_AMBIGUOUS", ("B", 4), ("B", 4))
-    assert len(calls) <= 1 + resolver.MAX_RANK_TRIALS
+    assert len(calls) <= 1 + DEFAULT_LIMITS["max_rank_trials"]
 
 
 def test_specifications_whose_ranks_the_sweep_settles_run_no_trial(monkeypatch):

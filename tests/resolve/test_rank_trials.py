@@ -65,16 +65,15 @@ def test_a_genuine_ambiguity_among_many_open_ranks_is_still_reported_as_one():
                                     "ranks 3 and 4 both fit its connected rules")
 
 
-def test_a_spent_budget_is_e_resource_naming_the_limit_never_an_ambiguity(monkeypatch):
-    monkeypatch.setattr(resolver, "MAX_RANK_TRIALS", 1)
+def test_a_spent_budget_is_e_resource_naming_the_limit_never_an_ambiguity():
     with pytest.raises(HNDLError) as caught:
-        hndl.resolve(copies(40), input_shape=SHAPE, output_shape=SHAPE)
+        hndl.resolve(copies(40), input_shape=SHAPE, output_shape=SHAPE, limits={"max_rank_trials": 1})
     error = caught.value
     assert error.code == "E_RESOURCE"
     assert error.message.startswith("the rank search needs more than max_rank_trials=1 trial solves of the graph "
                                     "to settle the ranks of n")
     assert "and " in error.message and "more" in error.message  # forty open tensors are not all listed
-    assert error.remedies[-1] == "Raise hndl.resolve.resolver.MAX_RANK_TRIALS (now 1)."
+    assert error.remedies[-1] == "Raise the limit: limits={'max_rank_trials': 2}."
     assert error.remedies[0].startswith("Fix these ranks where the tensors are made")
 
 
