@@ -278,8 +278,9 @@ ARGS = {
     reference=_reference,
 )
 class Attention(nn.Module):
-    """Self-attention in which every position of a `[B, T, D]` sequence attends to the
-    positions of the same sequence, with `heads` query heads of width `head_dim` (default
+    """Attention in which every position of a `[B, T, D]` sequence attends to the positions
+    of the same sequence (self-attention) or, with the `context` port bound, of a context
+    `[B, S, E]` (cross-attention), with `heads` query heads of width `head_dim` (default
     `D / heads`) and `kv_heads` key/value heads (default `heads`).
 
     * **Projections.** With `qkv="fused"` (the default) one input projection
@@ -301,8 +302,8 @@ class Attention(nn.Module):
       transformers' `repeat_kv` arranges it: `kv_heads=1` is multi-query attention,
       `1 < kv_heads < heads` grouped-query attention (LLaMA 2 70B, LLaMA 3, Mistral).
     * **Scores.** `softmax(Q K^T * scale + bias) V` per head, with `scale` defaulting to
-      `1 / sqrt(head_dim)` (T5 uses `scale=1.0`). The optional `attn_bias` port `[B, heads, T, T]`
-      is added to the scores before the softmax: a relative position bias
+      `1 / sqrt(head_dim)` (T5 uses `scale=1.0`). The optional `attn_bias` port `[B, heads, T, S]`
+      (`S = T` in self-attention) is added to the scores before the softmax: a relative position bias
       (`relative_position_bias`), an ALiBi table or an additive mask (`-inf` masks a pair).
       With `causal=True` position `t` sees only positions `0..t`, on top of any bias.
       Rank 4 here reads as `[B, H, T, S]`: heads, query positions, key positions.
