@@ -33,6 +33,7 @@ from .max_pool_v1 import MaxPoolV1
 from .max_pool1d import MaxPool1d
 from .max_pool1d_v1 import MaxPool1dV1
 from .residual_block import ResidualBlock
+from .residual_block_v1 import ResidualBlockV1
 from .squeeze_excitation import SqueezeExcitation
 from .stochastic_depth import StochasticDepth
 from .upsample import Upsample
@@ -49,7 +50,7 @@ OPERATORS = (
     SqueezeExcitation, LayerScale, StochasticDepth, DepthwiseSeparableConv, InvertedResidual, Bottleneck,
     MaxPoolV1, AvgPoolV1, MaxPool1dV1, AvgPool1dV1, ChannelShuffle,
     WindowPartition, WindowMerge, WindowAttention, PatchMerging, SwinBlock,
-    InvertedResidualV1,
+    InvertedResidualV1, ResidualBlockV1,
 )
 
 

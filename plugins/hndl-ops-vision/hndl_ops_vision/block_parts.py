@@ -74,3 +74,11 @@ def norm_args() -> dict[str, Arg]:
                              help="momentum of every batch norm's running statistics (torch's default 0.1; "
                                   "MobileNetV3 uses 0.01)."),
     }
+
+
+def stochastic_depth_arg() -> Arg:
+    """``stochastic_depth_prob`` of the ResNet blocks (residual_block, bottleneck): timm's
+    ``drop_path_rate`` for one block."""
+    return Arg(float, 0.0, min=0, max=1, positional=False,
+               help="Stochastic depth on the residual branch before the skip is added (timm's ResNet drop path, "
+                    'mode "row"): training only; 0 leaves it out.')

@@ -1,16 +1,22 @@
-"""residual_block@1: one node/one module for the ResNet basic block; spatial arithmetic at
+"""residual_block@2: one node/one module for the ResNet basic block; spatial arithmetic at
 stride 1 and 2 in both directions, channel inference, the projection exactly when channels
 or stride change, numerics against a handwritten torchvision-style BasicBlock in training and
-evaluation mode (forward, input and parameter gradients, running statistics), the declared
-reference, gradcheck/gradgradcheck in float64, and every error code."""
+evaluation mode (forward, input and parameter gradients, running statistics), against timm's
+BasicBlock with configured batch norms (eps, momentum) and a drop path (the same draw), the
+declared reference, gradcheck/gradgradcheck in float64, the harness, and every error code."""
+
+from functools import partial
 
 import pytest
 import torch
+from timm.layers import DropPath
+from timm.models.resnet import BasicBlock as TimmBasicBlock
 from torch import nn
 
 import hndl
 from hndl import HNDLError
 from hndl.declaration import spec_of
+from hndl.testing import check_operator
 from hndl.torch import network
 from hndl_ops_vision.residual_block import ResidualBlock
 
@@ -71,14 +77,61 @@ def _randomize(module):
 
 def test_declaration():
     spec = spec_of(ResidualBlock)
-    assert spec.alias == "residual_block" and spec.qualified == "residual_block@1"
+    assert spec.alias == "residual_block" and spec.qualified == "residual_block@2"
     assert spec.category == "block"
     assert spec.positional_args == ("out_channels",)
     assert spec.args["out_channels"].inferable and spec.args["in_channels"].inferable
     stride = spec.args["stride"]
     assert stride.default == 1 and stride.min == 1 and stride.max == 2 and not stride.positional
+    assert {name: spec.args[name].default for name in ("norm_eps", "norm_momentum", "stochastic_depth_prob")} == {
+        "norm_eps": 1e-5, "norm_momentum": 0.1, "stochastic_depth_prob": 0.0}
+    assert not any(spec.args[name].positional for name in ("norm_eps", "norm_momentum", "stochastic_depth_prob"))
     assert spec.relation is not None and spec.reference is not None
     assert all(arg.help for arg in spec.args.values())
+
+
+def test_the_harness():
+    check_operator(ResidualBlock)
+
+
+@pytest.mark.parametrize("stride, channels", [(1, (4, 4)), (2, (4, 8))])
+def test_numerics_against_timm_with_configured_norms_and_a_drop_path(stride, channels):
+    """timm's ResNet BasicBlock with norm_layer=partial(BatchNorm2d, eps=1e-3, momentum=0.01) and
+    drop_path=DropPath(0.5): the same keys in the same order, and the same values and draws in
+    training (drop path on the branch, also beside a projection) and in eval mode."""
+    c_in, c_out = channels
+    size = (5, 6)
+    out_size = tuple((extent - 1) // stride + 1 for extent in size)
+    model = network(f"residual_block({c_out}, stride={stride}, norm_eps=0.001, norm_momentum=0.01, "
+                    "stochastic_depth_prob=0.5)", input_shape=("B", c_in, *size),
+                    output_shape=("B", c_out, *out_size), device="cpu")
+    block = model.nodes.n_n0
+    _randomize(block)
+    norm = partial(nn.BatchNorm2d, eps=0.001, momentum=0.01)
+    downsample = None
+    if block.downsample is not None:
+        downsample = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), norm(c_out))
+    reference = TimmBasicBlock(c_in, c_out, stride, downsample, norm_layer=norm, drop_path=DropPath(0.5))
+    assert list(block.state_dict()) == list(reference.state_dict())
+    reference.load_state_dict(block.state_dict())
+    assert all(m.eps == 0.001 and m.momentum == 0.01 for m in block.modules() if isinstance(m, nn.BatchNorm2d))
+    for step in range(2):
+        x = torch.randn(8, c_in, *size)
+        torch.manual_seed(step)
+        out = model(x)
+        torch.manual_seed(step)
+        expected = reference(x)
+        torch.testing.assert_close(out, expected)
+        torch.manual_seed(step)
+        torch.testing.assert_close(out, spec_of(ResidualBlock).reference(block)(x))
+        for (name, buffer), other in zip(block.named_buffers(), reference.buffers()):
+            torch.testing.assert_close(buffer, other, msg=name)
+    model.eval()
+    reference.eval()
+    x = torch.randn(2, c_in, *size)
+    state = torch.get_rng_state()
+    torch.testing.assert_close(model(x), reference(x))
+    assert torch.equal(torch.get_rng_state(), state)  # eval: no drop path, nothing drawn
 
 
 @pytest.mark.parametrize("size, expected", [((8, 8), (4, 4)), ((7, 9), (4, 5)), ((1, 2), (1, 1))])
@@ -92,7 +145,8 @@ def test_stride_two_halves_rounding_up(size, expected):
 def test_stride_one_keeps_the_extent_and_inverts_exactly():
     plan = hndl.resolve("residual_block()", input_shape=("B", 4, 5, 7), output_shape=("B", 4, 5, 7))
     node = plan.nodes[0]
-    assert node.args == {"out_channels": 4, "stride": 1, "in_channels": 4}
+    assert node.args == {"out_channels": 4, "stride": 1, "in_channels": 4, "norm_eps": 1e-5, "norm_momentum": 0.1,
+                         "stochastic_depth_prob": 0.0}
     assert node.provenance["out_channels"] == "inferred" and node.provenance["stride"] == "default"
     plan = hndl.resolve("linear()\nreshape(4)\nresidual_block(8)", input_shape=("B", 2), output_shape=("B", 8, 5, 6))
     assert plan.nodes[1].output_shapes["out"] == ("B", 4, 5, 6)
@@ -213,7 +267,9 @@ def test_gradcheck_and_gradgradcheck_in_float64(stride, channels):
 
 
 @pytest.mark.parametrize("args", ["stride=3", "stride=0", "stride=(2, 2)", "stride=True", "0", "-4", "4.0",
-                                  "in_channels=0", "4, kernel_size=3"])
+                                  "in_channels=0", "4, kernel_size=3", "norm_eps=0", "norm_eps=-1",
+                                  "norm_momentum=1.5", "stochastic_depth_prob=1.5", "stochastic_depth_prob=-0.1",
+                                  'norm_eps="small"'])
 def test_invalid_arguments_are_argument_errors(args):
     assert _fails(f"residual_block({args})", ("B", 4, 8, 8), ("B", 4, 8, 8)).code == "E_ARGUMENT"
 
