@@ -15,7 +15,8 @@ from hndl import Arg, Example, HNDLError, operator
 from hndl.arg import MAX_EXTENT
 
 from .heads import check_heads, heads_divide_width
-from .rotary import apply_rotary, rotary_frequencies, rotary_tables
+from .rotary import apply_keeping_float32, apply_rotary, rotary_frequencies, rotary_tables
+from .scaled_dot_product_attention import causal_mask
 
 QKV_LAYOUTS = ("fused", "separate")
 PROJECTIONS = ("query", "key", "value", "out")
@@ -405,13 +406,8 @@ class Attention(nn.Module):
         else:
             self.inv_freq = None
 
-    def rotary_tables(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """The internal ``(cos, sin)`` tables ``[length, rope_dims]`` in ``dtype``, from float32
-        frequencies: a buffer cast to a lower precision by ``.to(dtype)`` is recomputed, not used."""
-        inv_freq = self.inv_freq
-        if inv_freq.dtype not in (torch.float32, torch.float64):
-            inv_freq = rotary_frequencies(self.rope_dims, self.rope_theta, device=inv_freq.device)
-        return rotary_tables(inv_freq, length, dtype)
+    def _apply(self, fn, recurse: bool = True):
+        return apply_keeping_float32(self, "inv_freq", super()._apply, fn, recurse)
 
     def _project(self, x, context):
         batch, length, _ = x.shape
@@ -440,15 +436,14 @@ class Attention(nn.Module):
         batch, length, _ = x.shape
         q, k, v = self._project(x, context)
         if self.inv_freq is not None:
-            cos, sin = self.rotary_tables(length, q.dtype)
+            cos, sin = rotary_tables(self.inv_freq, length, q.dtype)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         elif rope is not None:
             cos, sin = rope[:, 0].unsqueeze(1), rope[:, 1].unsqueeze(1)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         causal, bias = self.causal, attn_bias
         if bias is not None and causal:  # scaled_dot_product_attention takes a mask or is_causal, not both
-            future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
-            bias, causal = bias.masked_fill(future, float("-inf")), False
+            bias, causal = bias.masked_fill(~causal_mask(length, length, x.device), float("-inf")), False
         grouped = self.kv_heads != self.heads
         if x.dtype == torch.float64:
             with sdpa_kernel(SDPBackend.MATH):

@@ -11,11 +11,24 @@ Phi or StableLM configure it), the rest pass through unchanged.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
+from torch import nn
 
-__all__ = ["rotary_frequencies", "rotary_tables", "rotate_half", "apply_rotary"]
+__all__ = ["rotary_frequencies", "rotary_tables", "rotate_half", "apply_rotary", "apply_keeping_float32"]
+
+
+def apply_keeping_float32(module: nn.Module, name: str, apply: Callable, fn: Callable, recurse: bool) -> nn.Module:
+    """``module._apply(fn)`` (given as ``apply``, the parent class's method) that keeps the float32
+    buffer ``name`` float32 on the new device: a dtype move such as ``.half()`` or the build's cast to
+    the compute dtype would otherwise round the frequencies, and the references keep them float32."""
+    kept = module._buffers.get(name)
+    result = apply(fn, recurse)
+    moved = module._buffers.get(name)
+    if kept is not None and moved is not None and moved.dtype != kept.dtype:
+        module._buffers[name] = kept.to(device=moved.device)
+    return result
 
 
 def rotary_frequencies(dims: int, theta: float, device: Optional[torch.device] = None) -> torch.Tensor:

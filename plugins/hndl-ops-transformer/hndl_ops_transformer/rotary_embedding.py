@@ -9,7 +9,7 @@ from torch import nn
 from hndl import Arg, Example, HNDLError, operator
 from hndl.arg import MAX_EXTENT
 
-from .rotary import rotary_frequencies, rotary_tables
+from .rotary import apply_keeping_float32, rotary_frequencies, rotary_tables
 
 
 def _odd(dims: int) -> str:
@@ -109,12 +109,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", rotary_frequencies(dims, theta), persistent=False)
 
     def _apply(self, fn, recurse: bool = True):
-        kept = self.inv_freq
-        result = super()._apply(fn, recurse)
-        moved = self._buffers["inv_freq"]
-        if moved.dtype != kept.dtype:  # a floating cast: keep the float32 frequencies, on the new device
-            self._buffers["inv_freq"] = kept.to(device=moved.device)
-        return result
+        return apply_keeping_float32(self, "inv_freq", super()._apply, fn, recurse)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cos, sin = rotary_tables(self.inv_freq, x.shape[1], x.dtype)

@@ -48,14 +48,14 @@ def _reference(module):
     """Written-out attention, as transformers' eager_attention_forward computes it: repeat_kv, scaled
     scores plus the bias, the causal mask, a softmax taken in float32 and cast back, the weighted sum."""
 
-    def forward(q, k, v, bias=None):
+    def forward(q, k, v, attn_bias=None):
         heads, groups = q.shape[1], k.shape[1]
         k = k.repeat_interleave(heads // groups, dim=1)
         v = v.repeat_interleave(heads // groups, dim=1)
         scale = module.scale if module.scale is not None else 1.0 / math.sqrt(q.shape[-1])
         scores = (q @ k.transpose(-2, -1)) * scale
-        if bias is not None:
-            scores = scores + bias
+        if attn_bias is not None:
+            scores = scores + attn_bias
         if module.causal:
             allowed = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
             scores = scores.masked_fill(~allowed, float("-inf"))
@@ -71,9 +71,9 @@ def _reference(module):
     "scaled_dot_product_attention",
     summary="softmax(q k^T * scale + bias) v per head over [B, H, T, E] queries and [B, G, S, E] keys, "
             "with grouped key/value heads, an optional additive bias and causal masking.",
-    shape="q[B, H, T, E], k[B, G, S, E], v[B, G, S, F], bias?[B, H, T, S] -> out[B, H, T, F]",
+    shape="q[B, H, T, E], k[B, G, S, E], v[B, G, S, F], attn_bias?[B, H, T, S] -> out[B, H, T, F]",
     relation=_relation,
-    shape_text="q [B, H, T, E], k [B, G, S, E], v [B, G, S, F], optional bias [B, H, T, S] -> out [B, H, T, F]; "
+    shape_text="q [B, H, T, E], k [B, G, S, E], v [B, G, S, F], optional attn_bias [B, H, T, S] -> out [B, H, T, F]; "
                "G must divide H; every extent is shared between the ports in both directions.",
     args={
         "scale": Arg(float, None, min=0, exclusive_min=True, positional=False,
@@ -118,7 +118,7 @@ class ScaledDotProductAttention(nn.Module):
       grouped-query attention (LLaMA 2 70B, LLaMA 3, Mistral), `G = 1` multi-query attention.
       The grouped key/value heads go to torch as they are (`enable_gqa=True`), not repeated
       by this operator.
-    * **Bias.** The optional `bias[B, H, T, S]` is added to the scaled scores before the
+    * **Bias.** The optional `attn_bias[B, H, T, S]` is added to the scaled scores before the
       softmax: a learned relative position bias (T5, `relative_position_bias`), ALiBi slopes,
       or a mask written additively (`0` where allowed, `-inf` or a large negative value where
       not). It is differentiable. A row whose every entry is `-inf` has no defined softmax and
@@ -126,7 +126,7 @@ class ScaledDotProductAttention(nn.Module):
     * **Scale.** `scale` omitted means `1 / sqrt(E)`; T5 gives `scale=1.0`.
     * **Causal.** `causal=True` lets query `i` attend to keys `0 .. i` only, aligned at the
       top left as torch's `is_causal` is: with `T != S` the mask is `ones(T, S).tril()`, not
-      aligned at the bottom right as a key/value cache would need. It combines with `bias`.
+      aligned at the bottom right as a key/value cache would need. It combines with `attn_bias`.
     * **Kernels.** `torch.nn.functional.scaled_dot_product_attention` computes it, on
       whichever fused kernel torch selects; with a bias and `causal` both given, the causal
       mask is folded into the bias (torch takes one or the other). float64 inputs always take
@@ -145,11 +145,11 @@ class ScaledDotProductAttention(nn.Module):
         self.grouped = G != H
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        bias = attn_bias
         causal = self.causal
         if bias is not None and causal:
-            allowed = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-            bias = bias.masked_fill(~allowed, float("-inf"))
+            bias = bias.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
             causal = False
         if q.dtype == torch.float64:
             with sdpa_kernel(SDPBackend.MATH):

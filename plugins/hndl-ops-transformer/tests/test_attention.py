@@ -338,8 +338,8 @@ def test_inv_freq_is_a_non_persistent_float32_buffer_that_survives_a_dtype_chang
     wide = copy.deepcopy(layer).double()
     torch.testing.assert_close(wide(x.double()).float(), expected, rtol=1e-5, atol=1e-5)
     half = copy.deepcopy(layer).to(torch.bfloat16)
-    assert half.inv_freq.dtype == torch.bfloat16  # .to() casts buffers; the tables still come from float32
-    for ours, theirs in zip(half.rotary_tables(6, torch.bfloat16), exact):
+    assert half.inv_freq.dtype == torch.float32  # .to() keeps the frequencies float32, as transformers does
+    for ours, theirs in zip(rotary_tables(half.inv_freq, 6, torch.bfloat16), exact):
         assert torch.equal(ours, theirs.bfloat16())
     torch.testing.assert_close(half(x.bfloat16()).float(), expected, rtol=3e-2, atol=3e-2)
 

@@ -75,8 +75,8 @@ def test_declaration():
     assert spec.positional_args == ()
     assert spec.args["scale"].default is None and spec.args["causal"].default is False
     assert all(arg.help for arg in spec.args.values())
-    assert str(spec.shape) == "q[B, H, T, E], k[B, G, S, E], v[B, G, S, F], bias?[B, H, T, S] -> out[B, H, T, F]"
-    assert spec.optional_inputs == {"bias"}
+    assert str(spec.shape) == "q[B, H, T, E], k[B, G, S, E], v[B, G, S, F], attn_bias?[B, H, T, S] -> out[B, H, T, F]"
+    assert spec.optional_inputs == {"attn_bias"}
     assert "[B, H, T, E]" in spec.docstring and "top left" in spec.docstring
 
 
@@ -105,10 +105,10 @@ def test_key_and_value_widths_are_inferred_backward():
 
 def test_a_bound_bias_is_recorded_and_its_shape_inferred():
     source = ("q = split_heads(x, 2)\nbias = relative_position_bias(x, 2)\n"
-              "out = merge_heads(scaled_dot_product_attention(q, q, q, bias=bias))")
+              "out = merge_heads(scaled_dot_product_attention(q, q, q, attn_bias=bias))")
     plan = hndl.resolve(source, input_shape=("B", 6, 8), output_shape=("B", 6, 8))
     node = plan.nodes[2]
-    assert node.input_shapes["bias"] == ("B", 2, 6, 6)
+    assert node.input_shapes["attn_bias"] == ("B", 2, 6, 6)
     assert plan.to_json() and hndl.ResolvedPlan.from_json(plan.to_json()) == plan
 
 
