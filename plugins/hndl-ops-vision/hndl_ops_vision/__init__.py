@@ -16,6 +16,7 @@ from .avg_pool1d_v1 import AvgPool1dV1
 from .batch_norm import BatchNorm
 from .batch_norm1d import BatchNorm1d
 from .bottleneck import Bottleneck
+from .bottleneck_v1 import BottleneckV1
 from .channel_layer_norm import ChannelLayerNorm
 from .channel_shuffle import ChannelShuffle
 from .conv import Conv
@@ -50,7 +51,7 @@ OPERATORS = (
     SqueezeExcitation, LayerScale, StochasticDepth, DepthwiseSeparableConv, InvertedResidual, Bottleneck,
     MaxPoolV1, AvgPoolV1, MaxPool1dV1, AvgPool1dV1, ChannelShuffle,
     WindowPartition, WindowMerge, WindowAttention, PatchMerging, SwinBlock,
-    InvertedResidualV1, ResidualBlockV1,
+    InvertedResidualV1, ResidualBlockV1, BottleneckV1,
 )
 
 

@@ -1,12 +1,17 @@
-"""bottleneck@1: the declaration, spatial arithmetic at stride 1 and 2 in both directions,
+"""bottleneck@2: the declaration, spatial arithmetic at stride 1 and 2 in both directions,
 out_channels and width inferred from each other and from the contracts, the projection exactly
 when channels or stride change, numerics against torchvision.models.resnet.Bottleneck (with
-and without downsample, and grouped as in ResNeXt) with copied weights in training and
-evaluation mode, the declared reference, gradcheck/gradgradcheck in float64, the harness, and
-every error code."""
+and without downsample, grouped as in ResNeXt, dilated as in replace_stride_with_dilation, with
+configured batch norms) with copied weights in training and evaluation mode, against timm's
+Bottleneck with a drop path (the same draw), the declared reference, gradcheck/gradgradcheck in
+float64, the harness, and every error code."""
+
+from functools import partial
 
 import pytest
 import torch
+from timm.layers import DropPath
+from timm.models.resnet import Bottleneck as TimmBottleneck
 from torch import nn
 from torchvision.models.resnet import Bottleneck as TorchvisionBottleneck
 
@@ -42,23 +47,26 @@ def _randomize(module):
                 sub.running_var.uniform_(0.5, 2.0)
 
 
-def _torchvision(c_in, planes, stride, groups=1, base_width=64):
+def _torchvision(c_in, planes, stride, groups=1, base_width=64, dilation=1, norm=nn.BatchNorm2d):
     """torchvision's Bottleneck with the projection torchvision's ResNet._make_layer gives it."""
     downsample = None
     if stride != 1 or c_in != planes * TorchvisionBottleneck.expansion:
-        downsample = nn.Sequential(nn.Conv2d(c_in, planes * 4, 1, stride=stride, bias=False), nn.BatchNorm2d(planes * 4))
-    return TorchvisionBottleneck(c_in, planes, stride, downsample, groups=groups, base_width=base_width)
+        downsample = nn.Sequential(nn.Conv2d(c_in, planes * 4, 1, stride=stride, bias=False), norm(planes * 4))
+    return TorchvisionBottleneck(c_in, planes, stride, downsample, groups=groups, base_width=base_width,
+                                 dilation=dilation, norm_layer=norm)
 
 
 def test_declaration():
     spec = spec_of(Bottleneck)
-    assert spec.alias == "bottleneck" and spec.qualified == "bottleneck@1"
+    assert spec.alias == "bottleneck" and spec.qualified == "bottleneck@2"
     assert spec.category == "block"
     assert spec.positional_args == ("out_channels",)
     for name in ("out_channels", "width", "in_channels"):
         assert spec.args[name].inferable, name
-    defaults = {name: spec.args[name].default for name in ("stride", "expansion", "groups")}
-    assert defaults == {"stride": 1, "expansion": 4, "groups": 1}
+    defaults = {name: spec.args[name].default for name in ("stride", "expansion", "groups", "dilation", "norm_eps",
+                                                           "norm_momentum", "stochastic_depth_prob")}
+    assert defaults == {"stride": 1, "expansion": 4, "groups": 1, "dilation": 1, "norm_eps": 1e-5,
+                        "norm_momentum": 0.1, "stochastic_depth_prob": 0.0}
     assert spec.args["stride"].max == 2
     assert spec.relation is not None and spec.reference is not None
     assert all(arg.help for arg in spec.args.values())
@@ -150,6 +158,55 @@ def test_grouped_numerics_against_torchvision_resnext_bottleneck():
     _compare(model, block, reference, c_in, size)
 
 
+@pytest.mark.parametrize("stride, dilation, c_in", [(1, 2, 16), (1, 4, 8), (2, 1, 8)])
+def test_dilated_numerics_with_configured_norms_against_torchvision(stride, dilation, c_in):
+    """torchvision's replace_stride_with_dilation blocks (dilation 2 and 4 at stride 1) with
+    norm_layer=partial(BatchNorm2d, eps=1e-3, momentum=0.01)."""
+    size = (6, 7)
+    out_size = tuple((extent - 1) // stride + 1 for extent in size)
+    model = network(f"bottleneck(16, stride={stride}, dilation={dilation}, norm_eps=0.001, norm_momentum=0.01)",
+                    input_shape=("B", c_in, *size), output_shape=("B", 16, *out_size), device="cpu")
+    block = model.nodes.n_n0
+    _randomize(block)
+    reference = _torchvision(c_in, 4, stride, dilation=dilation, norm=partial(nn.BatchNorm2d, eps=0.001,
+                                                                              momentum=0.01))
+    assert reference.conv2.dilation == block.conv2.dilation == (dilation, dilation)
+    assert list(block.state_dict()) == list(reference.state_dict())
+    assert all(m.eps == 0.001 and m.momentum == 0.01 for m in block.modules() if isinstance(m, nn.BatchNorm2d))
+    reference.load_state_dict(block.state_dict())
+    _compare(model, block, reference, c_in, size)
+
+
+@pytest.mark.parametrize("c_in", [16, 8])
+def test_a_drop_path_draws_as_timm_does(c_in):
+    size = (4, 5)
+    model = network("bottleneck(16, stochastic_depth_prob=0.5)", input_shape=("B", c_in, *size),
+                    output_shape=("B", 16, *size), device="cpu")
+    block = model.nodes.n_n0
+    _randomize(block)
+    downsample = None
+    if c_in != 16:
+        downsample = nn.Sequential(nn.Conv2d(c_in, 16, 1, bias=False), nn.BatchNorm2d(16))
+    reference = TimmBottleneck(c_in, 4, downsample=downsample, drop_path=DropPath(0.5))
+    assert list(block.state_dict()) == list(reference.state_dict())
+    reference.load_state_dict(block.state_dict())
+    for step in range(2):
+        x = torch.randn(8, c_in, *size)
+        torch.manual_seed(step)
+        out = model(x)
+        torch.manual_seed(step)
+        expected = reference(x)
+        torch.testing.assert_close(out, expected)
+        torch.manual_seed(step)
+        torch.testing.assert_close(out, spec_of(Bottleneck).reference(block)(x))
+    model.eval()
+    reference.eval()
+    x = torch.randn(2, c_in, *size)
+    state = torch.get_rng_state()
+    torch.testing.assert_close(model(x), reference(x))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def _compare(model, block, reference, c_in, size):
     for _ in range(2):  # two training steps: the running statistics move identically
         x = torch.randn(3, c_in, *size, requires_grad=True)
@@ -215,7 +272,8 @@ def test_gradcheck_and_gradgradcheck_in_float64(source, c_in, c_out, stride):
 
 @pytest.mark.parametrize("args", ["stride=3", "stride=0", "stride=(2, 2)", "stride=True", "0", "-4", "4.0",
                                   "in_channels=0", "width=0", "expansion=0", "groups=0", "16, 4",
-                                  "16, kernel_size=3", "width=2.5"])
+                                  "16, kernel_size=3", "width=2.5", "dilation=0", "norm_eps=0",
+                                  "norm_momentum=1.5", "stochastic_depth_prob=2", "16, dilation=1.5"])
 def test_invalid_arguments_are_argument_errors(args):
     assert _fails(f"bottleneck({args})", ("B", 16, 8, 8), ("B", 16, 8, 8)).code == "E_ARGUMENT"
 
