@@ -24,6 +24,7 @@ from .conv1d import Conv1d
 from .crop import Crop
 from .deconv import Deconv
 from .depthwise_separable_conv import DepthwiseSeparableConv
+from .depthwise_separable_conv_v1 import DepthwiseSeparableConvV1
 from .group_norm import GroupNorm
 from .instance_norm import InstanceNorm
 from .inverted_residual import InvertedResidual
@@ -51,7 +52,7 @@ OPERATORS = (
     SqueezeExcitation, LayerScale, StochasticDepth, DepthwiseSeparableConv, InvertedResidual, Bottleneck,
     MaxPoolV1, AvgPoolV1, MaxPool1dV1, AvgPool1dV1, ChannelShuffle,
     WindowPartition, WindowMerge, WindowAttention, PatchMerging, SwinBlock,
-    InvertedResidualV1, ResidualBlockV1, BottleneckV1,
+    InvertedResidualV1, ResidualBlockV1, BottleneckV1, DepthwiseSeparableConvV1,
 )
 
 

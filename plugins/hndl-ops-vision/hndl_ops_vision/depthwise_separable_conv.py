@@ -1,4 +1,8 @@
-"""depthwise_separable_conv@1: a depthwise convolution then a pointwise 1x1 convolution (MobileNetV1, Xception)."""
+"""depthwise_separable_conv@2: a depthwise convolution then a pointwise 1x1 convolution (MobileNetV1, Xception).
+
+Version 2 adds the batch norms' ``norm_eps`` and ``norm_momentum``; ``depthwise_separable_conv_v1``
+keeps version 1 for saved plans.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from hndl import Arg, Example, operator
 from hndl.arg import MAX_EXTENT
 
 from .batch_statistics import check_batch_variance, reference_batch_norm
-from .block_parts import ACTIVATIONS, same_padding
+from .block_parts import ACTIVATIONS, norm_args, same_padding
 from .convolution import conv_output, spatial_windows, window_relation
 
 #: Activation names accepted after each stage; "none" leaves the stages linear.
@@ -52,6 +56,7 @@ def _reference(module):
 
 @operator(
     "depthwise_separable_conv",
+    version=2,
     summary="Depthwise separable convolution: a per-channel k x k convolution, then a 1x1 convolution mixing "
             "channels.",
     shape="x[B, C_in, H, W] -> out[B, C_out, H_out, W_out]",
@@ -79,6 +84,7 @@ def _reference(module):
         "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
                            help="Input channels (the depthwise convolution keeps them); normally inferred from the "
                                 "producer."),
+        **norm_args(),
     },
     category="convolution",
     examples=(
@@ -86,6 +92,9 @@ def _reference(module):
                 note="Two linear convolutions with biases: 8 * 9 + 8 + 8 * 16 + 16 parameters."),
         Example('depthwise_separable_conv(stride=2, norm=True, activation="relu")', ("B", 4, 8, 8),
                 ("B", 8, 4, 4), note="A MobileNetV1 layer; the 8 output channels come from the contract."),
+        Example('depthwise_separable_conv(16, norm=True, activation="relu6", norm_eps=0.001, norm_momentum=0.01)',
+                ("B", 8, 5, 5), ("B", 16, 5, 5), note="Batch norms configured as TensorFlow-trained models have "
+                                                      "them (eps 1e-3)."),
     ),
     reference=_reference,
 )
@@ -102,20 +111,22 @@ class DepthwiseSeparableConv(nn.Module):
     `groups=C_in`. This operator makes the pair one node whose channels infer in both
     directions without writing `groups=C_in` as a literal, and shares conv's spatial
     arithmetic (convolution.py). Both convolutions carry a bias. `norm=True` adds a
-    `torch.nn.BatchNorm2d` (eps 1e-5, momentum 0.1, learned affine) after each convolution and
-    drops their biases; `activation` names an activation applied after each stage, `"relu"`
+    `torch.nn.BatchNorm2d` (`norm_eps`, `norm_momentum`: torch's 1e-5 and 0.1 by default;
+    learned affine) after each convolution and drops their biases (without `norm` the two
+    norm arguments have no effect); `activation` names an activation applied after each stage, `"relu"`
     with `norm=True` being MobileNetV1's layer.
     With `norm`, train and eval mode differ as for batch_norm, and a training-mode call whose
     output holds one value per channel (`B * H_out * W_out == 1`) fails with `E_RUNTIME`.
 
     Only the depthwise convolution has `stride`, `padding` and `dilation`; its spatial
     equation is conv's, with `padding` defaulting to `(k - 1) // 2 * dilation` ("same" for an
-    odd kernel at stride 1). Submodules: `depthwise`, `pointwise`, and with `norm`
-    `depthwise_norm`, `pointwise_norm`. Parameters use PyTorch's default initialization. No
-    randomness; out-of-place."""
+    odd kernel at stride 1). Submodules, registered in execution order: `depthwise`, with
+    `norm` `depthwise_norm`, then `pointwise` and with `norm` `pointwise_norm`. Parameters use
+    PyTorch's default initialization. No randomness; out-of-place."""
 
     def __init__(self, *, out_channels: int, in_channels: int, kernel_size=(3, 3), stride=(1, 1), padding=None,
-                 dilation=(1, 1), norm: bool = False, activation: str = "none") -> None:
+                 dilation=(1, 1), norm: bool = False, activation: str = "none", norm_eps: float = 1e-5,
+                 norm_momentum: float = 0.1) -> None:
         super().__init__()
         self.stride, self.dilation = tuple(stride), tuple(dilation)
         self.padding = effective_padding({"padding": padding, "kernel_size": kernel_size, "dilation": dilation})
@@ -123,9 +134,9 @@ class DepthwiseSeparableConv(nn.Module):
         self.activation = activation
         self.depthwise = nn.Conv2d(in_channels, in_channels, kernel_size, stride=stride, padding=self.padding,
                                    dilation=dilation, groups=in_channels, bias=not norm)
-        self.depthwise_norm = nn.BatchNorm2d(in_channels) if norm else None
+        self.depthwise_norm = nn.BatchNorm2d(in_channels, eps=norm_eps, momentum=norm_momentum) if norm else None
         self.pointwise = nn.Conv2d(in_channels, out_channels, 1, bias=not norm)
-        self.pointwise_norm = nn.BatchNorm2d(out_channels) if norm else None
+        self.pointwise_norm = nn.BatchNorm2d(out_channels, eps=norm_eps, momentum=norm_momentum) if norm else None
         self._activation = ACTIVATIONS.get(activation)
 
     def _output_size(self, height: int, width: int) -> tuple[int, int]:

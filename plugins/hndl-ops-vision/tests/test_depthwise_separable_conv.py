@@ -1,7 +1,10 @@
-"""depthwise_separable_conv@1: the declaration, the depthwise equation with its default padding
+"""depthwise_separable_conv@2: the declaration, the depthwise equation with its default padding
 in both directions, channel inference, equality with conv(groups=C_in) then conv(kernel_size=1)
 and with torchvision's Conv2dNormActivation pair (MobileNetV1) from copied weights in training
-and evaluation mode, gradcheck/gradgradcheck in float64, the harness, and every error code."""
+and evaluation mode, with torch's and with configured batch-norm eps and momentum,
+gradcheck/gradgradcheck in float64, the harness, and every error code."""
+
+from functools import partial
 
 import pytest
 import torch
@@ -47,14 +50,14 @@ def _torchvision_state(block):
 
 def test_declaration():
     spec = spec_of(DepthwiseSeparableConv)
-    assert spec.alias == "depthwise_separable_conv" and spec.qualified == "depthwise_separable_conv@1"
+    assert spec.alias == "depthwise_separable_conv" and spec.qualified == "depthwise_separable_conv@2"
     assert spec.category == "convolution"
     assert spec.positional_args == ("out_channels",)
     assert spec.args["out_channels"].inferable and spec.args["in_channels"].inferable
     defaults = {name: spec.args[name].default for name in ("kernel_size", "stride", "padding", "dilation", "norm",
-                                                          "activation")}
+                                                          "activation", "norm_eps", "norm_momentum")}
     assert defaults == {"kernel_size": (3, 3), "stride": (1, 1), "padding": None, "dilation": (1, 1), "norm": False,
-                        "activation": "none"}
+                        "activation": "none", "norm_eps": 1e-5, "norm_momentum": 0.1}
     assert spec.args["activation"].choices == ("none", "relu", "relu6", "silu", "hardswish")
     assert spec.relation is not None and spec.reference is not None
     assert all(arg.help for arg in spec.args.values())
@@ -122,19 +125,26 @@ def test_equals_conv_with_groups_then_a_pointwise_conv():
     torch.testing.assert_close(block(x), expected)
 
 
+@pytest.mark.parametrize("eps, momentum", [(1e-5, 0.1), (1e-3, 0.01)])
 @pytest.mark.parametrize("activation", ["relu", "relu6", "silu", "hardswish"])
-def test_numerics_against_torchvision_conv_norm_activation_with_copied_weights(activation):
+def test_numerics_against_torchvision_conv_norm_activation_with_copied_weights(activation, eps, momentum):
     c_in, c_out = 3, 5
-    model = network(f'depthwise_separable_conv({c_out}, stride=2, norm=True, activation="{activation}")',
+    model = network(f'depthwise_separable_conv({c_out}, stride=2, norm=True, activation="{activation}", '
+                    f"norm_eps={eps}, norm_momentum={momentum})",
                     input_shape=("B", c_in, 6, 5), output_shape=("B", c_out, 3, 3), device="cpu")
     block = model.nodes.n_n0
     assert block.depthwise.bias is None and block.pointwise.bias is None
+    assert block.depthwise_norm.eps == block.pointwise_norm.eps == eps
+    assert block.depthwise_norm.momentum == block.pointwise_norm.momentum == momentum
     _randomize(block)
     act = TORCHVISION_ACTIVATIONS[activation]
+    norm = partial(nn.BatchNorm2d, eps=eps, momentum=momentum)
     reference = nn.Sequential(
-        Conv2dNormActivation(c_in, c_in, 3, stride=2, groups=c_in, activation_layer=act, inplace=False),
-        Conv2dNormActivation(c_in, c_out, 1, activation_layer=act, inplace=False),
+        Conv2dNormActivation(c_in, c_in, 3, stride=2, groups=c_in, norm_layer=norm, activation_layer=act,
+                             inplace=False),
+        Conv2dNormActivation(c_in, c_out, 1, norm_layer=norm, activation_layer=act, inplace=False),
     )
+    assert list(_torchvision_state(block)) == list(reference.state_dict())  # execution order, one to one
     reference.load_state_dict(_torchvision_state(block))
     for _ in range(2):  # training: the running statistics move identically
         x = torch.randn(3, c_in, 6, 5, requires_grad=True)
@@ -192,7 +202,7 @@ def test_gradcheck_and_gradgradcheck_in_float64(args):
 
 @pytest.mark.parametrize("args", ["kernel_size=0", "stride=0", "padding=-1", "dilation=0", "norm=1",
                                   'activation="tanh"', "in_channels=0", "0", "4, 3", "kernel_size=(1, 2, 3)",
-                                  "4.0", "groups=2"])
+                                  "4.0", "groups=2", "norm_eps=0", "norm_momentum=-0.1", "norm_momentum=2"])
 def test_invalid_arguments_are_argument_errors(args):
     assert _fails(f"depthwise_separable_conv({args})", ("B", 4, 8, 8), ("B", 4, 8, 8)).code == "E_ARGUMENT"
 
