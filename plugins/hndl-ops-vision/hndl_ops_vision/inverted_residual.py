@@ -56,7 +56,8 @@ def keeps_shape(kernel_size: int, stride: int) -> bool:
 
 
 def _validate(args) -> None:
-    """Exactly one of expand_ratio and hidden_channels; at most one of se_ratio and se_channels."""
+    """Exactly one of expand_ratio and hidden_channels (hidden_divisor only with the ratio); an
+    explicit se_channels excludes the arguments that compute a squeeze width."""
     ratio, hidden = args.get("expand_ratio"), args.get("hidden_channels")
     if (ratio is None) == (hidden is None):
         raise HNDLError(
@@ -67,13 +68,22 @@ def _validate(args) -> None:
             remedies=("Give expand_ratio (MobileNetV2: inverted_residual(24, 6)) or an explicit hidden width "
                       "(MobileNetV3: inverted_residual(24, hidden_channels=72)), not both.",),
         )
-    if args.get("se_channels") is not None and args.get("se_ratio", 0.0) > 0:
+    if hidden is not None and args.get("hidden_divisor", 1) != 1:
         raise HNDLError(
             "E_ARGUMENT",
-            "inverted_residual got both se_ratio and se_channels for the squeeze width",
+            "inverted_residual's hidden_divisor rounds C_in * expand_ratio, but hidden_channels gives the width "
+            "itself",
+            field="hidden_divisor",
+            remedies=("Drop hidden_divisor=, or give expand_ratio= instead of hidden_channels=.",),
+        )
+    if args.get("se_channels") is not None and (args.get("se_ratio", 0.0) > 0 or args.get("se_divisor", 1) != 1
+                                                or args.get("se_from", "input") != "input"):
+        raise HNDLError(
+            "E_ARGUMENT",
+            "inverted_residual got se_channels (an explicit squeeze width) together with se_ratio, se_from or "
+            "se_divisor, which compute one",
             field="se_channels",
-            remedies=("Give se_channels= (an explicit squeeze width) or se_ratio= (with se_from and se_divisor), "
-                      "not both.",),
+            remedies=("Give se_channels= alone, or se_ratio= (with se_from and se_divisor) alone.",),
         )
 
 

@@ -347,7 +347,8 @@ def test_gradcheck_and_gradgradcheck_in_float64(source, c_in, c_out):
                                   "4, 6, se_ratio=0.25, se_channels=2", "4, 6, se_channels=0",
                                   '4, 6, se_from="output"', "4, 6, se_divisor=0", "4, 6, norm_eps=0",
                                   "4, 6, norm_momentum=1.5", "4, 6, stochastic_depth_prob=1.5",
-                                  '4, 6, layout="timm"'])
+                                  '4, 6, layout="timm"', "4, hidden_channels=24, hidden_divisor=8",
+                                  "4, 6, se_channels=2, se_divisor=8", '4, 6, se_channels=2, se_from="hidden"'])
 def test_invalid_arguments_are_argument_errors(args):
     assert _fails(f"inverted_residual({args})", ("B", 4, 8, 8), ("B", 4, 8, 8)).code == "E_ARGUMENT"
 
