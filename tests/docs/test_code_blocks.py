@@ -5,13 +5,15 @@ tests hold it. Each fenced block of a page is one of these kinds, read from its 
 
 ``python``, or ``{code-block} python`` without a caption
     Runs, in page order, in one namespace per page (a later block continues the earlier ones, as the
-    page says), with the working directory a temporary folder.
+    page says), with the working directory a temporary folder. A block written as a session
+    (``>>> `` prompts followed by their output) runs as a doctest in that namespace.
 ``sh``
     Each command runs as a user at the repository root would type it: ``source .venv/bin/activate``
     (the virtual environment running these tests), ``hndl ...`` (the console script's entry point,
     ``hndl.cli.main``, called in this process to keep the test fast) and ``python -m MODULE ...``;
-    ``> FILE`` redirects a command's output. Any other command fails the test: mark its block
-    ``no-run``. The working folder holds ``.venv`` and ``examples/`` as the repository root does.
+    ``> FILE`` redirects a command's output, and what a command writes to stderr is shown with its
+    output, as a terminal shows both. Any other command fails the test: mark its block ``no-run``.
+    The working folder holds ``.venv`` and ``examples/`` as the repository root does.
 ``text`` right after a ``python`` or ``sh`` block (only blank lines between)
     What that block prints. A line ``...`` stands for any number of lines (a traceback's frames).
     When the output starts with ``Traceback (most recent call last):`` the block must raise, and
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import doctest
 import io
 import os
 import re
@@ -166,6 +169,9 @@ class Page:
 
     # python blocks
     def python(self, block: Block) -> tuple[str, BaseException | None]:
+        if block.body.lstrip().startswith(">>> "):
+            self.session(block)
+            return "", None
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             try:
@@ -173,6 +179,14 @@ class Page:
             except Exception as error:  # noqa: BLE001 - compared with the page's traceback, or re-raised
                 return printed.getvalue(), error
         return printed.getvalue(), None
+
+    def session(self, block: Block) -> None:
+        """A ``>>>`` block: every prompt's output is compared as doctest compares it (``...`` elides)."""
+        test = doctest.DocTestParser().get_doctest(block.body, self.namespace, block.where, None, block.line)
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        report = io.StringIO()
+        runner.run(test, out=report.write, clear_globs=False)
+        assert runner.failures == 0, f"{block.where}:\n{report.getvalue()}"
 
     # sh blocks
     def shell(self, block: Block) -> str:
@@ -323,6 +337,31 @@ def test_shown_output_is_compared_with_ellipsis_lines():
                    ["Traceback (most recent call last):", '  File "a", line 1', "    f()", "E: x"])
     assert not matches(["a", "...", "c"], ["a", "b", "d"])
     assert not matches(["a"], ["a", "b"])
+
+
+def test_a_page_that_shows_other_output_than_its_code_prints_fails(tmp_path, monkeypatch):
+    """The checks bite: a wrong output block, a missing traceback, a wrong session line, an unknown command."""
+    cases = {
+        "wrong.md": ("```python\nprint(1 + 1)\n```\n\n```text\n3\n```\n", "is not what"),
+        "raises.md": ("```python\nimport hndl\nhndl.resolve('linear(3)', input_shape=('B', 2), "
+                      "output_shape=('B', 4))\n```\n", "raised, and the page shows no traceback"),
+        "session.md": ("```python\n>>> 1 + 1\n3\n```\n", "Expected"),
+        "command.md": ("```sh\nrm -rf build\n```\n", "not a command this test runs"),
+    }
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pages)
+    for number, (name, (text, message)) in enumerate(cases.items()):
+        (pages / name).write_text(text, encoding="utf-8")
+        (pages / "examples").mkdir(exist_ok=True)
+        folder = tmp_path / f"run{number}"
+        folder.mkdir()
+        with pytest.raises(AssertionError, match=message):
+            run_page(name, folder, monkeypatch)
+    (pages / "right.md").write_text("```python\n>>> 1 + 1\n2\n```\n\n```python\nprint(*range(12), sep='\\n')\n```\n\n"
+                                    "```text\n0\n...\n11\n```\n", encoding="utf-8")
+    (tmp_path / "right").mkdir()
+    assert run_page("right.md", tmp_path / "right", monkeypatch) == ["python", "python", "output"]
 
 
 @pytest.mark.parametrize("page", PAGES)
