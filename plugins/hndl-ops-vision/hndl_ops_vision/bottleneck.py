@@ -88,8 +88,9 @@ def _reference(module):
         "in_channels": Arg(int, min=1, inferable=True, dim="C_in", positional=False,
                            help="Input channels; normally inferred from the producer."),
         "dilation": Arg(int, 1, min=1, max=MAX_EXTENT, positional=False,
-                        help="Dilation (and padding) of the 3x3 convolution: torchvision's replace_stride_with_dilation "
-                             "uses 2, 4 at stride 1 in segmentation backbones; H and W are kept as at dilation 1."),
+                        help="Dilation (and padding) of the 3x3 convolution: torchvision's "
+                             "replace_stride_with_dilation uses 2, 4 at stride 1 in segmentation backbones; H and W "
+                             "are kept as at dilation 1."),
         **norm_args(),
         "stochastic_depth_prob": stochastic_depth_arg(),
     },

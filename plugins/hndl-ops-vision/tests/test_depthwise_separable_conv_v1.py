@@ -52,7 +52,8 @@ def test_the_saved_plan_restores_byte_for_byte_and_builds_version_one():
     text = SAVED.read_text(encoding="utf-8")
     plan = ResolvedPlan.from_json(text)
     assert plan.to_json() == text
-    assert [(node.op, node.alias) for node in plan.nodes] == [("depthwise_separable_conv@1", "depthwise_separable_conv_v1")] * 2
+    assert [(node.op, node.alias) for node in plan.nodes] == [
+        ("depthwise_separable_conv@1", "depthwise_separable_conv_v1")] * 2
     model = restore(text, device="cpu")
     assert all(type(model.nodes[f"n_{name}"]) is DepthwiseSeparableConvV1 for name in ("dw", "plain"))
     _randomize(model)

@@ -1,9 +1,11 @@
-"""inverted_residual_v1 (identity inverted_residual@1, kept for saved plans): the declaration, spatial arithmetic in both directions, channel
-inference, the expansion and the skip exactly when MobileNetV2 has them, numerics against
-torchvision's mobilenetv2.InvertedResidualV1 (expand_ratio 1 and 6, stride 1 and 2) and
-efficientnet.MBConv (squeeze-and-excitation, SiLU, kernel 5) with copied weights in training
-and evaluation mode, the declared reference, gradcheck/gradgradcheck in float64, the harness,
-and every error code."""
+"""inverted_residual_v1 (identity inverted_residual@1, kept for saved plans): the declaration,
+spatial arithmetic in both directions, channel inference, the expansion and the skip exactly
+when MobileNetV2 has them, numerics against torchvision's mobilenetv2.InvertedResidual
+(expand_ratio 1 and 6, stride 1 and 2) and efficientnet.MBConv (squeeze-and-excitation, SiLU,
+kernel 5; version 1's keys renamed, since it registers the squeeze-and-excitation last) with
+copied weights in training and evaluation mode, the declared reference, gradcheck/gradgradcheck
+in float64, the harness, every error code, and tests/saved_plans/inverted_residual_v1.json
+(written by version 1) restoring byte for byte."""
 
 from pathlib import Path
 
@@ -142,7 +144,8 @@ def _mbconv_namer(expanded):
 def test_numerics_against_torchvision_mbconv_with_copied_weights(expand_ratio, stride, channels, kernel):
     c_in, c_out = channels
     size = (5, 6)
-    source = (f'inverted_residual_v1({c_out}, {expand_ratio}, kernel_size={kernel}, stride={stride}, activation="silu", '
+    source = (f'inverted_residual_v1({c_out}, {expand_ratio}, kernel_size={kernel}, stride={stride}, '
+              'activation="silu", '
               'se_ratio=0.25, se_activation="silu")')
     model = _model(source, c_in, c_out, size, stride, kernel)
     block = model.nodes.n_n0
@@ -158,7 +161,8 @@ def test_numerics_against_torchvision_mbconv_with_copied_weights(expand_ratio, s
 
 
 def test_squeeze_excitation_gate_and_activation_choices():
-    model = _model('inverted_residual_v1(4, 3, activation="hardswish", se_ratio=0.5, se_gate="hardsigmoid")', 4, 4, (3, 3))
+    model = _model('inverted_residual_v1(4, 3, activation="hardswish", se_ratio=0.5, se_gate="hardsigmoid")', 4, 4,
+                   (3, 3))
     block = model.nodes.n_n0
     assert block.se.gate == "hardsigmoid" and block.se.activation == "relu" and block.se.fc1.out_channels == 2
     assert isinstance(block.conv[0][2], nn.Hardswish) and isinstance(block.conv[1][2], nn.Hardswish)
@@ -178,7 +182,8 @@ def test_spatial_arithmetic_forward(size, stride, kernel):
 
 
 def test_spatial_inverse_exact_at_stride_one_and_an_interval_at_stride_two():
-    plan = hndl.resolve("linear()\nreshape(4)\ninverted_residual_v1(8, 6)", input_shape=("B", 2), output_shape=("B", 8, 5, 6))
+    plan = hndl.resolve("linear()\nreshape(4)\ninverted_residual_v1(8, 6)", input_shape=("B", 2),
+                        output_shape=("B", 8, 5, 6))
     assert plan.nodes[1].output_shapes["out"] == ("B", 4, 5, 6) and plan.nodes[0].args["out_features"] == 120
     error = _fails("linear()\nreshape(4)\ninverted_residual_v1(8, 6, stride=2)", ("B", 2), ("B", 8, 4, 4))
     assert error.code == "E_AMBIGUOUS"
