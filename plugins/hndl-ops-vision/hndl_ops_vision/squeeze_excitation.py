@@ -115,6 +115,9 @@ class SqueezeExcitation(nn.Module):
         self._activation = ACTIVATIONS[activation]
         self._gate = GATES[gate]
 
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}, gate={self.gate!r}"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scale = F.adaptive_avg_pool2d(x, 1)
         scale = self._gate(self.fc2(self._activation(self.fc1(scale))))

@@ -86,6 +86,11 @@ def test_state_matches_torchvision():
         [tuple(t.shape) for t in reference.state_dict().values()]
 
 
+def test_printing_names_the_activation_and_the_gate():
+    block = _block('squeeze_excitation(squeeze_channels=8, gate="hardsigmoid")', 16)
+    assert "activation='relu', gate='hardsigmoid'" in repr(block)
+
+
 @pytest.mark.parametrize("activation, gate", [("relu", "sigmoid"), ("silu", "sigmoid"), ("relu", "hardsigmoid"),
                                               ("hardswish", "hardsigmoid"), ("relu6", "sigmoid")])
 def test_numerics_against_torchvision_with_copied_weights(activation, gate):
