@@ -1,7 +1,8 @@
 """The first example of §7: a two-layer perceptron whose last width comes from the contract.
 
-Run with `make demo`. It resolves the configuration, prints the plan's shape table, builds
-the network on the CPU, and runs one forward and backward pass on generated data.
+Run with `.venv/bin/python examples/mlp.py` (`make demo` runs examples/demo.py). It resolves the
+configuration, prints the plan's shape table, builds the network on the CPU, and runs one forward
+and backward pass on generated data.
 """
 
 import torch
