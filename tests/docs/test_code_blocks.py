@@ -252,8 +252,8 @@ class Page:
         """The page's pack, installed as pip would leave it: the module folder beside a dist-info."""
         info = self.folder / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n",
-                                       encoding="utf-8")
+        metadata = f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
+        (info / "METADATA").write_text(metadata, encoding="utf-8")
         sections = "".join(f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in entries.items()) + "\n"
                            for group, entries in points.items())
         (info / "entry_points.txt").write_text(sections, encoding="utf-8")
