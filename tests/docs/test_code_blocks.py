@@ -40,7 +40,6 @@ import ast
 import contextlib
 import doctest
 import io
-import os
 import re
 import runpy
 import shlex
