@@ -50,14 +50,21 @@ class Network(GraphModule):
     step other than 1 raises ValueError. None of these is an ``HNDLError``: nothing about the
     specification is wrong, the caller asked the container for an operation its shape lacks.
 
-    The architecture is fixed once built: ``model[i] = m``, ``del model[i]``,
+    The network is sealed: its plan describes every layer. ``model[i] = m``, ``del model[i]``,
     ``model["n0"] = m``, ``insert``/``append``/``extend``/``pop``, assigning or registering a
     new submodule, parameter or buffer on the model (``model.extra = nn.Linear(2, 2)``),
-    replacing ``model.plan``, and the same edits on the ``model.nodes`` container all raise
-    TypeError — an architecture change needs a new resolve/build. Ordinary attribute state
-    (``.train()``/``.eval()``, device and dtype moves) and parameter updates (optimizer
-    steps, ``load_state_dict``, in-place writes to parameters) work as usual, and every
-    module stays registered once under ``nodes.n_<id>``.
+    replacing ``model.plan``, replacing the ``nodes`` container (``model.nodes = ...``, also
+    straight through ``model._modules["nodes"] = ...``), and the same edits on the
+    ``model.nodes`` container all raise ``SealedNetworkError``: an ``HNDLError`` with code
+    ``E_RUNTIME`` (and a ``TypeError``, as these edits were before) whose remedy names
+    ``hndl.torch.unsealed(model)``, the step to a plain ``nn.Module`` over the same layers that
+    tools such as peft, activation checkpointing, ``convert_sync_batchnorm`` and
+    ``fuse_modules`` may restructure. Re-assigning or re-registering the object already
+    registered under a name (torch's module walkers do it for every child) is not an edit: it
+    changes nothing and is accepted. Ordinary attribute state (``.train()``/``.eval()``, device
+    and dtype moves) and parameter updates (optimizer steps, ``load_state_dict``, in-place
+    writes to parameters) work as usual, and every module stays registered once under
+    ``nodes.n_<id>``.
     """
 
     _positional_inputs = True
@@ -79,6 +86,13 @@ class Network(GraphModule):
         if type(nodes) is nn.ModuleDict:
             nodes.__class__ = _SealedNodes
         self.__dict__["_hndl_sealed"] = True
+        _seal_slots(self)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled or deep-copied: the slots dict comes back plain, so seal it again."""
+        super().__setstate__(state)
+        if self.__dict__.get("_hndl_sealed"):
+            _seal_slots(self)
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> Any:
         """Run the network; ``signature_class`` gives each plan a forward that names its inputs.
@@ -183,7 +197,8 @@ class Network(GraphModule):
 
     # -- the architecture is fixed -----------------------------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:
-        _structural(f"model[{key!r}] = ...")
+        if not _same_layer(self, key, value):
+            _structural(f"model[{key!r}] = ...")
 
     def __delitem__(self, key: Any) -> None:
         _structural(f"del model[{key!r}]")
@@ -201,8 +216,11 @@ class Network(GraphModule):
         _structural("model.pop(...)")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if self.__dict__.get("_hndl_sealed") and (_registers(self, name, value) or name == "plan"):
-            _structural(f"model.{name} = {type(value).__name__}(...)")
+        if self.__dict__.get("_hndl_sealed"):
+            if _already(self, name, value):
+                return  # the object registered under this name: nothing changes
+            if _registers(self, name, value) or name == "plan":
+                _structural(f"model.{name} = {type(value).__name__}(...)")
         super().__setattr__(name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -212,6 +230,8 @@ class Network(GraphModule):
 
     def add_module(self, name: str, module: Optional[nn.Module]) -> None:
         if self.__dict__.get("_hndl_sealed"):
+            if _already(self, name, module):
+                return
             _structural(f"model.add_module({name!r}, ...)")
         super().add_module(name, module)
 
@@ -233,19 +253,24 @@ class _SealedNodes(nn.ModuleDict):
     """``model.nodes`` of a Network: lookups as usual, every structural edit rejected.
 
     The Network's forward binds its modules once; replacing one here would silently split the
-    state dict from what runs, so the container refuses. It still prints as ``ModuleDict``.
+    state dict from what runs, so the container refuses (``SealedNetworkError``). Putting back
+    the module already registered under a name is accepted and changes nothing. It still
+    prints as ``ModuleDict``.
     """
 
     def _get_name(self) -> str:
         return "ModuleDict"
 
     def __setitem__(self, key: str, module: nn.Module) -> None:
-        _structural(f"model.nodes[{key!r}] = ...")
+        if not _already(self, key, module):
+            _structural(f"model.nodes[{key!r}] = ...")
 
     def __delitem__(self, key: str) -> None:
         _structural(f"del model.nodes[{key!r}]")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if _already(self, name, value):
+            return
         if _registers(self, name, value):
             _structural(f"model.nodes.{name} = {type(value).__name__}(...)")
         super().__setattr__(name, value)
@@ -256,7 +281,13 @@ class _SealedNodes(nn.ModuleDict):
         super().__delattr__(name)
 
     def update(self, modules: Any) -> None:
-        _structural("model.nodes.update(...)")
+        items = modules.items() if isinstance(modules, Mapping) else modules
+        try:
+            pairs = [(key, module) for key, module in items]
+        except (TypeError, ValueError):
+            pairs = None
+        if pairs is None or not all(_already(self, key, module) for key, module in pairs):
+            _structural("model.nodes.update(...)")
 
     def pop(self, key: str) -> nn.Module:
         _structural(f"model.nodes.pop({key!r})")
@@ -265,16 +296,90 @@ class _SealedNodes(nn.ModuleDict):
         _structural("model.nodes.clear()")
 
     def add_module(self, name: str, module: Optional[nn.Module]) -> None:
-        _structural(f"model.nodes.add_module({name!r}, ...)")
+        if not _already(self, name, module):
+            _structural(f"model.nodes.add_module({name!r}, ...)")
 
     def register_module(self, name: str, module: Optional[nn.Module]) -> None:
-        _structural(f"model.nodes.register_module({name!r}, ...)")
+        if not _already(self, name, module):
+            _structural(f"model.nodes.register_module({name!r}, ...)")
 
     def register_parameter(self, name: str, param: Optional[nn.Parameter]) -> None:
         _structural(f"model.nodes.register_parameter({name!r}, ...)")
 
     def register_buffer(self, name: str, tensor: Optional[torch.Tensor], persistent: bool = True) -> None:
         _structural(f"model.nodes.register_buffer({name!r}, ...)")
+
+
+class _SealedSlots(dict):
+    """A Network's own ``_modules``: holds ``nodes`` and refuses to hold anything else.
+
+    torch runs no hook for a write straight into ``module._modules``, so without this
+    ``model._modules["nodes"] = nn.ModuleDict(...)`` would let ``parameters()`` and
+    ``state_dict()`` report modules the forward never runs. Every write that changes the dict
+    is a structural edit (``SealedNetworkError``); writing back the registered object is not.
+    It copies and pickles as a plain dict (``Network.__setstate__`` seals it again).
+    """
+
+    __slots__ = ()
+
+    def __setitem__(self, name: str, module: Any) -> None:
+        if self.get(name, _ABSENT) is not module:
+            _structural(f"model._modules[{name!r}] = ...")
+
+    def __delitem__(self, name: str) -> None:
+        _structural(f"del model._modules[{name!r}]")
+
+    def pop(self, *args: Any) -> Any:
+        _structural("model._modules.pop(...)")
+
+    def popitem(self) -> Any:
+        _structural("model._modules.popitem()")
+
+    def clear(self) -> None:
+        _structural("model._modules.clear()")
+
+    def setdefault(self, name: str, default: Any = None) -> Any:
+        if name not in self:
+            _structural(f"model._modules.setdefault({name!r}, ...)")
+        return self[name]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for name, module in dict(*args, **kwargs).items():
+            self[name] = module
+
+    def __ior__(self, other: Any) -> "_SealedSlots":
+        self.update(other)
+        return self
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        return (dict, (dict(self),))
+
+
+_ABSENT = object()
+
+
+def _seal_slots(model: nn.Module) -> None:
+    state = model.__dict__
+    if type(state["_modules"]) is not _SealedSlots:
+        state["_modules"] = _SealedSlots(state["_modules"])
+
+
+def _already(module: nn.Module, name: Any, value: Any) -> bool:
+    """Whether ``value`` is the very module or parameter registered on ``module`` as ``name``."""
+    if not isinstance(name, str) or value is None:
+        return False
+    d = module.__dict__
+    return any(d.get(store, {}).get(name, _ABSENT) is value for store in ("_modules", "_parameters"))
+
+
+def _same_layer(model: "Network", key: Any, value: Any) -> bool:
+    """Whether ``model[key] = value`` would put back the layer ``model[key]`` already is."""
+    if not isinstance(value, nn.Module):
+        return False
+    try:
+        return model[key] is value
+    except (KeyError, IndexError, TypeError, ValueError):
+        return False
 
 
 def _registers(module: nn.Module, name: str, value: Any) -> bool:
@@ -289,13 +394,35 @@ def _registered(module: nn.Module, name: str) -> bool:
     return any(name in d.get(store, ()) for store in ("_modules", "_parameters", "_buffers"))
 
 
+UNSEAL_REMEDY = (
+    "To restructure the model (peft's get_peft_model, apply_activation_checkpointing, "
+    "nn.SyncBatchNorm.convert_sync_batchnorm, torch.ao.quantization.fuse_modules, replacing a layer by hand), "
+    "first take the plain nn.Module over the same layers: plain = hndl.torch.unsealed(model) (same parameters "
+    "and buffers, state-dict keys, inputs and outputs; no plan attached), then edit plain"
+)
+KEEP_REMEDY = (
+    "To change how a node computes and keep the plan, register a parametrization "
+    "(torch.nn.utils.parametrize) or a forward hook on its module; to change the architecture the plan "
+    "describes, change the specification and resolve/build a new network (parameter updates such as "
+    "optimizer steps and load_state_dict work as usual)"
+)
+
+
+class SealedNetworkError(HNDLError, TypeError):
+    """A structural edit of a built network (``E_RUNTIME``); also a ``TypeError``, as it always was."""
+
+    def __reduce__(self):
+        return (_sealed_error, (self.message,))
+
+
+def _sealed_error(what: str) -> SealedNetworkError:
+    return SealedNetworkError("E_RUNTIME", what, remedies=(UNSEAL_REMEDY, KEEP_REMEDY))
+
+
 def _structural(what: str) -> None:
-    raise TypeError(
-        f"{what}: a built HNDL network's architecture is fixed; structural replacement, insertion "
-        f"and deletion are not supported. To change how a node computes, register a parametrization "
-        f"(torch.nn.utils.parametrize) or a forward hook on its module; to change the architecture, change "
-        f"the specification and resolve/build a new network (parameter updates such as optimizer steps and "
-        f"load_state_dict work as usual)."
+    raise _sealed_error(
+        f"{what}: a built HNDL network is sealed (its plan describes every layer), so replacing, inserting "
+        f"or deleting a layer, submodule, parameter or buffer through it is refused"
     )
 
 

@@ -1,0 +1,166 @@
+"""``unsealed(model)``: a built network as a plain ``nn.Module`` whose structure may be edited.
+
+A built ``Network`` is sealed (§7): its plan is the truth about the module, so replacing,
+inserting or deleting a layer through it is refused. Tools that restructure a model (peft's
+LoRA, activation-checkpoint wrappers, ``nn.SyncBatchNorm.convert_sync_batchnorm``,
+``torch.ao.quantization.fuse_modules``) need a module that lets them. ``unsealed`` is the one
+step from one to the other:
+
+* The plain module holds **the same layer objects** as the network (so the same parameter and
+  buffer tensors: nothing is copied, nothing is allocated) in its own ``nodes`` container, under
+  the same names, so its state dict has the same keys (``nodes.n_<id>.<tensor>``) and loads the
+  network's state dict and vice versa.
+* ``forward`` runs the nodes in plan order with the same calling convention as the network
+  (a ``Network``: inputs by position, keyword or both in declaration order, one public output
+  returns a tensor and several a ``{name: tensor}`` dict; a ``GraphModule``: inputs by keyword,
+  a dict out) and gives the same values. It looks every layer up in ``nodes`` when it is called,
+  so whatever a tool puts there runs: a layer wrapped, fused, converted or deleted there is what
+  the module computes.
+* It checks nothing but the number and names of its inputs (``E_BINDING``): no contracts, no
+  registered-state check. It carries no plan; ``source_plan`` keeps the plan it was unsealed
+  from as a record, which stops describing the module as soon as its structure is edited.
+* Because the layers are shared, the network and the plain module are two views of one set of
+  weights: an optimizer step or ``load_state_dict`` through either is seen by both, and so is an
+  in-place change to a shared layer (peft freezes base weights with ``requires_grad_(False)``,
+  ``merge_and_unload`` adds the LoRA product into the base weight). Structural edits of the
+  plain module's own ``nodes`` never reach the network; one that reaches inside a shared layer
+  (replacing a child of a composite node) is reported by the network's registered-state check
+  on its next call. For an independent module, unseal a copy: ``unsealed(copy.deepcopy(model))``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from torch import nn
+
+from ..errors import HNDLError
+from .ports import call_slots
+
+__all__ = ["PlainNetwork", "unsealed"]
+
+
+class PlainNetwork(nn.Module):
+    """A built network's layers under a plain ``nn.Module``: edit its structure freely.
+
+    Made by ``hndl.torch.unsealed(model)``. ``nodes`` is an ordinary ``nn.ModuleDict`` holding
+    the network's own layer objects as ``n_<id>``; ``forward`` runs them in plan order, looking
+    each one up when it is called. ``model["<id>"]`` returns a node's current layer.
+    ``source_plan`` is the plan the network was built from, kept only as a record.
+    """
+
+    def __init__(self, source: nn.Module) -> None:
+        super().__init__()
+        plan = source.plan
+        layers = source._modules["nodes"]._modules
+        self.nodes = nn.ModuleDict({f"n_{node.id}": layers[f"n_{node.id}"] for node in plan.nodes})
+        self.source_plan = plan
+        self.training = source.training
+        traits = getattr(source, "_traits", {})
+        #: Per node: (its layer's name in ``nodes``, refs it reads, refs it writes, call slots,
+        #: output port names, node id).
+        self._program = tuple(
+            (f"n_{node.id}", tuple(node.inputs.values()), tuple(f"node:{node.id}/{port}" for port in node.outputs),
+             call_slots(traits.get(node.id, frozenset()), tuple(node.inputs)), tuple(node.outputs), node.id)
+            for node in plan.nodes
+        )
+        self._input_names = tuple(port["name"] for port in plan.inputs)
+        self._outputs = tuple((port["name"], port["ref"]) for port in plan.outputs)
+        self._positional_inputs = bool(getattr(source, "_positional_inputs", False))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run every node's current layer in plan order on the inputs, given as the network takes them."""
+        values = {f"input:{name}": value for name, value in self._bind(args, kwargs).items()}
+        layers = self.nodes._modules
+        for key, reads, writes, slots, names, node_id in self._program:
+            arguments = [values[ref] for ref in reads]
+            if slots is not None:
+                arguments = [None if index is None else arguments[index] for index in slots]
+            layer = layers.get(key)
+            if layer is None:
+                raise HNDLError(
+                    "E_RUNTIME", f"node {node_id!r} has no layer: nodes.{key} was removed or set to None",
+                    node=node_id,
+                    remedies=(f"Register a module under nodes.{key} (nn.Identity() to pass its input through).",),
+                )
+            result = layer(*arguments)
+            for ref, value in zip(writes, _outputs(result, names, node_id)):
+                values[ref] = value
+        outputs = {name: values[ref] for name, ref in self._outputs}
+        if self._positional_inputs and len(outputs) == 1:
+            return next(iter(outputs.values()))
+        return outputs
+
+    def _bind(self, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The inputs by name: positionally (a Network's convention) and by keyword (E_BINDING when they do not fit)."""
+        names = self._input_names
+        if args and not self._positional_inputs:
+            keywords = ", ".join(f"{name}=..." for name in names)
+            raise HNDLError("E_BINDING", f"this module takes its inputs by keyword ({keywords}); got {len(args)} "
+                            "positional argument(s)", remedies=(f"Call it as module({keywords}).",))
+        if len(args) > len(names):
+            raise HNDLError("E_BINDING", f"the network takes {len(names)} input(s) ({', '.join(names)}), "
+                            f"got {len(args)} positionally", remedies=("Pass one tensor per declared input.",))
+        inputs = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name in inputs:
+                raise HNDLError("E_BINDING", f"input {name!r} was given both positionally and by keyword",
+                                remedies=("Pass each input once.",))
+            inputs[name] = value
+        missing = [name for name in names if name not in inputs]
+        unknown = [name for name in inputs if name not in names]
+        if missing or unknown:
+            raise HNDLError(
+                "E_BINDING",
+                "inputs must be exactly " + ", ".join(names)
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; undeclared {', '.join(unknown)}" if unknown else ""),
+                remedies=("Pass one tensor per declared input.",),
+            )
+        return inputs
+
+    def __getitem__(self, node_id: str) -> nn.Module:
+        """The layer now registered for node ``node_id`` (KeyError for an unknown ID)."""
+        if not isinstance(node_id, str) or f"n_{node_id}" not in self.nodes._modules:
+            raise KeyError(f"no layer for node ID {node_id!r}; the layers are {', '.join(self.nodes.keys())}")
+        return self.nodes[f"n_{node_id}"]
+
+    def extra_repr(self) -> str:
+        return f"inputs=({', '.join(self._input_names)}), outputs=({', '.join(name for name, _ in self._outputs)})"
+
+
+def _outputs(result: Any, names: tuple[str, ...], node_id: str) -> tuple:
+    """A layer's return value as one value per declared output port."""
+    if len(names) == 1 and not isinstance(result, (Mapping, tuple, list)):
+        return (result,)
+    if isinstance(result, Mapping) and set(result) == set(names):
+        return tuple(result[name] for name in names)
+    if isinstance(result, (tuple, list)) and len(result) == len(names):
+        return tuple(result)
+    raise HNDLError(
+        "E_RUNTIME", f"node {node_id!r} returned {type(result).__name__}, expected {len(names)} value(s) for "
+        f"{list(names)}", node=node_id,
+        remedies=("A replacement layer must return what the node's original layer returned: one tensor per "
+                  "output port, as a tuple or a dict keyed by port name.",),
+    )
+
+
+def unsealed(model: nn.Module) -> PlainNetwork:
+    """A plain ``nn.Module`` over ``model``'s own layers, whose structure tools may edit.
+
+    ``model`` is a built ``Network`` (or ``GraphModule``); it is left as it is, still sealed
+    and usable. The result shares its layer objects (the same parameters and buffers), has the
+    same state-dict keys, takes the same inputs and returns the same values, and lets peft,
+    activation checkpointing, ``convert_sync_batchnorm``, ``fuse_modules`` and hand edits replace,
+    wrap or remove layers. It carries no plan (``source_plan`` is a record of where it came from)
+    and checks no contracts. Unseal ``copy.deepcopy(model)`` for independent weights.
+    """
+    from .graph_module import GraphModule  # the backend's module, imported here to keep this one light
+
+    if not isinstance(model, GraphModule):
+        raise HNDLError(
+            "E_RUNTIME", f"unsealed() takes a built HNDL network, got {type(model).__name__}",
+            remedies=("Pass the module hndl.torch.network (or build/restore) returned; any other nn.Module "
+                      "is already editable.",),
+        )
+    return PlainNetwork(model)
