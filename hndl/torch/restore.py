@@ -50,6 +50,19 @@ Error codes for a state dictionary that does not fit (one rule, stated once):
 
 The module returned is in training mode, like every built module; loading never changes
 ``requires_grad`` (trainability lives in the plan, not in the state dictionary).
+
+Calling convention (issue 30 item 8). A restored model is called exactly like the model that
+was saved. By default (``like="network"``) ``restore`` returns the §7 facade that ``network()``,
+``network_file()`` and ``network_from_callable()`` return (``hndl.torch.network.Network``):
+inputs by position (declaration order), keyword or both; a bare tensor for one public output,
+``{output name: tensor}`` for several. So a training loop written against ``network()``
+(``loss = criterion(model(x), y)``) runs unchanged after reloading. ``like="build"`` returns
+what ``build(plan)`` returns instead (a ``GraphModule``: ``forward(**inputs)`` gives the
+dictionary of public outputs, §7's dictionary form), for a model that was built with
+``build``. Both forms hold the same modules under the same ``nodes.n_<id>`` names, so either
+loads the other's state dictionary. Before issue 30, ``restore`` always returned the
+dictionary form; callers that index the result of a single-output model
+(``restored(x=x)["output"]``) pass ``like="build"`` or drop the ``["output"]``.
 """
 
 from __future__ import annotations
@@ -67,12 +80,17 @@ from ..limits import validate_limits
 from ..persist import from_json, read_plan_file
 from ..plan import ResolvedPlan
 from ..registry import Registry
-from .build import build
+from .build import build, construct
+from .network import Network
 
 if TYPE_CHECKING:
     from .graph_module import GraphModule
 
-__all__ = ["restore", "load_state", "check_state"]
+__all__ = ["restore", "load_state", "check_state", "RESTORE_FORMS"]
+
+#: The calling conventions ``restore(..., like=...)`` can give the rebuilt model: that of
+#: ``network()`` (the default) or that of ``build(plan)``.
+RESTORE_FORMS = ("network", "build")
 
 _REMEDY_PAIR = ("Restore the state dictionary saved together with this plan, or resolve and build "
                 "the architecture the state belongs to and transfer weights explicitly.",)
@@ -86,25 +104,56 @@ def restore(
     registry: Optional[Registry] = None,
     initialization_seed: Optional[int] = None,
     limits: Optional[Mapping[str, int]] = None,
+    like: str = "network",
 ) -> "GraphModule":
     """Rebuild a saved plan on ``device`` and, when given, load ``state_dict`` into it.
 
     ``saved`` is plan JSON text or bytes (as written by ``plan.to_json()``), an
     ``os.PathLike`` naming such a file (read bounded at 16 MiB), or a ``ResolvedPlan``. A
     plain ``str`` is always JSON text, never a path. Every state entry is checked before
-    any is loaded; see the module docstring for the error codes. Returns a ``GraphModule``
-    in training mode whose ``forward(**inputs)`` returns the dictionary of public outputs.
+    any is loaded; see the module docstring for the error codes. The module returned is in
+    training mode and is called like the model that was saved:
+
+    * ``like="network"`` (the default): the ``Network`` that ``network()`` returns, called
+      ``model(x)`` (inputs by position or keyword), returning a tensor for one public output
+      and ``{name: tensor}`` for several;
+    * ``like="build"``: the ``GraphModule`` that ``build(plan)`` returns, called
+      ``model(x=x)``, returning the dictionary of public outputs.
+
+    Any other ``like`` is E_ARGUMENT, raised before the plan is read.
     """
+    module_class = _module_class(like)
     registry = Registry.builtins() if registry is None else registry
     checked = validate_limits(limits)
     plan = _plan(saved, registry, limits, checked)
     if state_dict is not None and not isinstance(state_dict, Mapping):
         raise HNDLError("E_SCHEMA", f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}",
                         field="state_dict")
-    module = build(plan, device=device, initialization_seed=initialization_seed, registry=registry, limits=limits)
+    if module_class is None:
+        module = build(plan, device=device, initialization_seed=initialization_seed, registry=registry, limits=limits)
+    else:
+        module = construct(plan, module_class, device=device, initialization_seed=initialization_seed,
+                           registry=registry, limits=limits)
     if state_dict is not None:
         load_state(module, state_dict)
     return module
+
+
+def _module_class(like: Any) -> Optional[type]:
+    """The facade class ``restore(..., like=like)`` builds (None: ``build``'s own GraphModule);
+    E_ARGUMENT, naming both forms, for anything else."""
+    if isinstance(like, str) and like == "network":
+        return Network
+    if isinstance(like, str) and like == "build":
+        return None
+    raise HNDLError(
+        "E_ARGUMENT",
+        f"restore(like=...) must be one of {', '.join(map(repr, RESTORE_FORMS))}, got {shown(like)}",
+        field="like",
+        remedies=("Pass like=\"network\" (the default) for a model called like network()'s: model(x) returns a "
+                  "tensor for one output; or like=\"build\" for a model called like build(plan)'s: model(x=x) "
+                  "returns the dictionary of outputs.",),
+    )
 
 
 def load_state(module: nn.Module, state_dict: Mapping[str, Any]) -> None:

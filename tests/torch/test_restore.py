@@ -24,6 +24,7 @@ import hndl.torch
 from hndl import HNDLError
 from hndl.persist import PLAN_FILE_REMEDY
 from hndl.torch import build, restore
+from hndl.torch.network import Network
 from hndl.torch.restore import check_state, load_state
 
 MLP = "linear(32)\nrelu()\nlinear(16, trainable=False)\ntanh()\nlinear()"
@@ -67,7 +68,7 @@ def test_round_trip_in_this_process(saved):
     assert same_state(restored, model.state_dict())
     assert restored.training and all(module.training for module in restored.modules())
     x = torch.randn(7, 12)
-    assert torch.equal(restored(x=x)["output"], model(x=x)["output"])
+    assert torch.equal(restored(x), model(x=x)["output"])  # called like network()'s model (issue 30 item 8)
     # trainability comes from the plan, not from the state dictionary
     flags = {name: p.requires_grad for name, p in restored.named_parameters()}
     assert flags == {name: p.requires_grad for name, p in model.named_parameters()}
@@ -106,7 +107,7 @@ def test_round_trip_in_a_fresh_process(saved):
         model = restore((path / "plan.json").read_bytes(), torch.load(path / "state.pt", weights_only=True),
                         device="cpu")
         assert model.training
-        torch.save({"output": model(x=torch.load(path / "x.pt", weights_only=True))["output"],
+        torch.save({"output": model(torch.load(path / "x.pt", weights_only=True)),
                     "digest": model.plan.semantic_digest}, path / "out.pt")
     """)
     (path / "restore_child.py").write_text(script, encoding="utf-8")
@@ -127,7 +128,9 @@ def test_round_trip_of_a_conv_stack_with_named_ports():
     model = build(plan, device="cpu")
     restored = restore(plan.to_json(), model.state_dict(), device="cpu")
     x = torch.randn(2, 3, 8, 8)
-    assert torch.equal(restored(x=x)["score"], model(x=x)["score"])
+    assert torch.equal(restored(x), model(x=x)["score"])  # one public output: a tensor, as network() gives
+    as_built = restore(plan.to_json(), model.state_dict(), device="cpu", like="build")
+    assert torch.equal(as_built(x=x)["score"], model(x=x)["score"])
 
 
 def test_without_a_state_dict_restore_is_build_and_follows_the_seed():
@@ -146,6 +149,88 @@ def test_loading_never_changes_trainability_or_mode(saved):
     assert not restored.training  # the host's mode is kept
     assert restored.nodes.n_n2.weight.requires_grad is False
     assert restored.nodes.n_n0.weight.requires_grad is True
+
+
+# -- a restored model calls like the one that was saved (issue 30 item 8) ----------------------------------
+def _train(model, steps=3, seed=0):
+    """A training loop written against network()'s model: positional input, a tensor out."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(8, 12, generator=generator), torch.randint(0, 5, (8,), generator=generator)
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_network_restores_as_a_network_and_the_same_training_loop_runs_on_it(tmp_path):
+    """Before issue 30, restore() returned build()'s GraphModule: ``model(x)`` was E_BINDING
+    (keyword inputs only) and a single output came back as a dictionary."""
+    model = hndl.torch.network(MLP, device="cpu", initialization_seed=3, **CONTRACT)
+    _train(model)
+    (tmp_path / "plan.json").write_text(model.plan.to_json(), encoding="utf-8")
+    torch.save(model.state_dict(), tmp_path / "state.pt")
+    restored = restore(tmp_path / "plan.json", torch.load(tmp_path / "state.pt", weights_only=True), device="cpu")
+    assert type(restored) is type(model) and isinstance(restored, Network)
+    x = torch.randn(4, 12)
+    out = restored(x)
+    assert isinstance(out, torch.Tensor) and torch.equal(out, model(x))
+    assert torch.equal(restored(x=x), model(x=x))  # keywords as network() takes them
+    # §7 layer access works as on the saved model
+    assert len(restored) == len(model) and type(restored[0]) is type(model[0])
+    assert torch.equal(restored["n0"].weight, model["n0"].weight)
+    # the loop that trained the saved model continues on the restored one, step for step alike
+    assert _train(restored, seed=1) == _train(model, seed=1)
+    assert same_state(restored, model.state_dict())
+
+
+def test_a_restored_multi_output_network_returns_what_network_returns():
+    source = "h = linear(x, 16)\nrelu()\nscore = linear(1)\nlabel = linear(h, 3)"
+    contract = {"input_shape": {"x": ("B", 12)}, "output_shape": {"score": ("B", 1), "label": ("B", 3)}}
+    model = hndl.torch.network(source, device="cpu", **contract)
+    restored = restore(model.plan.to_json(), model.state_dict(), device="cpu")
+    x = torch.randn(2, 12)
+    expected, got = model(x), restored(x)
+    assert isinstance(got, dict) and list(got) == list(expected) == ["score", "label"]
+    assert all(torch.equal(got[name], expected[name]) for name in expected)
+
+
+def test_like_build_returns_what_build_returns():
+    """``like="build"``: §7's dictionary form, for a model that was built with build(plan)."""
+    plan = hndl.resolve(MLP, **CONTRACT)
+    model = build(plan, device="cpu", initialization_seed=4)
+    restored = restore(plan.to_json(), model.state_dict(), device="cpu", like="build")
+    assert type(restored) is type(model)
+    x = torch.randn(3, 12)
+    out = restored(x=x)
+    assert isinstance(out, dict) and list(out) == ["output"] and torch.equal(out["output"], model(x=x)["output"])
+    with raises("E_BINDING"):
+        restored(x)  # keyword inputs only, exactly like build()'s module
+
+
+def test_both_forms_hold_the_same_state_and_load_each_other():
+    plan = hndl.resolve(CONV, **CONV_CONTRACT)
+    as_network = restore(plan.to_json(), device="cpu", initialization_seed=1)
+    as_built = restore(plan.to_json(), device="cpu", initialization_seed=2, like="build")
+    assert list(as_network.state_dict()) == list(as_built.state_dict())
+    assert as_network.plan == as_built.plan == plan
+    load_state(as_built, as_network.state_dict())
+    assert same_state(as_built, as_network.state_dict())
+    again = restore(plan, as_built.state_dict(), device="cpu")
+    x = torch.randn(2, 3, 8, 8)
+    assert torch.equal(again(x), as_built(x=x)["output"])
+
+
+@pytest.mark.parametrize("like", ["graph", "Network", "", None, 1, ("network",)])
+def test_an_unknown_form_is_an_argument_error_before_the_plan_is_read(like):
+    with raises("E_ARGUMENT") as caught:
+        restore("not a plan", device="cpu", like=like)
+    assert caught.value.location.field == "like"
+    assert "like=\"network\"" in caught.value.remedies[0] and "like=\"build\"" in caught.value.remedies[0]
 
 
 # -- bad state dictionaries ---------------------------------------------------------------------------------
@@ -359,7 +444,7 @@ def test_derived_caches_refresh_after_state_loading():
     cache = restored.nodes.n_n1.norm
     torch.testing.assert_close(cache, state["nodes.n_n1.weight"].norm())
     x = torch.randn(3, 4)
-    torch.testing.assert_close(restored(x=x)["output"], trained(x=x)["output"])
+    torch.testing.assert_close(restored(x), trained(x=x)["output"])
 
 
 def test_derived_caches_follow_dtype_and_device_moves():
@@ -376,7 +461,7 @@ def test_derived_caches_follow_dtype_and_device_moves():
         assert node.norm.device.type == "cuda"
         torch.testing.assert_close(node.norm, node.weight.detach().norm())
         x = torch.randn(2, 4, device="cuda")
-        torch.testing.assert_close(model(x=x)["output"], x * node.weight / node.weight.norm())
+        torch.testing.assert_close(model(x), x * node.weight / node.weight.norm())
 
 
 # -- plan files the host names (§7 "Loading limits and trust boundaries") -------------------------------------
