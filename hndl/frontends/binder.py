@@ -17,7 +17,7 @@ from ..contracts import Contracts
 from ..declaration import OperatorSpec
 from ..errors import HNDLError, listed, shown
 from ..graph import NODE_ID, Graph, Node, Ref
-from ..suggestions import did_you_mean
+from ..suggestions import SYNONYMS, did_you_mean, positional_remedies, torch_habit, unknown_keyword_hint
 
 RESERVED_METADATA = ("name", "policy", "init", "trainable")
 
@@ -49,10 +49,12 @@ class Symbol:
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):
         """Eager torch functions never run on symbolic tensors."""
         name = getattr(func, "__name__", repr(func))
+        synonym = SYNONYMS.get(name.lower()) if isinstance(name, str) else None
         raise HNDLError(
             "E_CAPTURE",
             f"torch.{name} cannot run on a symbolic tensor during capture",
-            remedies=("Use ops.<alias> or registry.ops.<alias> inside a capture; they record graph nodes.",),
+            remedies=((f"torch.{name} is ops.{synonym[1]} in a capture.",) if synonym else ())
+            + ("Use ops.<alias> or registry.ops.<alias> inside a capture; they record graph nodes.",),
         )
 
 
@@ -103,6 +105,10 @@ class Binder:
         where["node"] = node_id
         ports, values = self._bind_ports(spec, declared, args, kwargs, where)
         author = self._bind_arguments(spec, declared, values, kwargs, where)
+        habit = torch_habit(spec, values, author)
+        if habit is not None:
+            field, message, remedies = habit
+            raise HNDLError("E_ARGUMENT", message, **where, field=field, remedies=remedies)
         if declared.variadic_input:
             author["input_count"] = len(ports)
         if declared.outputs is not None:
@@ -160,11 +166,21 @@ class Binder:
                     remedies=(f"Write {spec.alias}(tensor, ..., value) with tensors leading.",),
                 )
             if isinstance(value, (tuple, list)) and any(isinstance(item, Symbol) for item in value):
+                kind = "list" if isinstance(value, list) else "tuple"
+                if declared_spec.variadic_input:
+                    keywords = "".join(f", {key}={shown(kwargs[key])}" for key in kwargs
+                                       if not _is_variadic_key(spec, key))
+                    names = ", ".join("abcdefgh"[i] for i in range(min(len(value), 3)))
+                    remedy = (f"Pass the tensors as separate arguments, not as one {kind}: "
+                              f"{spec.alias}({names}{', ...' if len(value) > 3 else ''}{keywords}), or "
+                              f"{spec.alias}(*tensors{keywords}).")
+                else:
+                    remedy = "Unpack the multi-output result first, e.g. a, b = split(...), and pass one tensor."
                 raise HNDLError(
                     "E_ARGUMENT",
-                    f"{spec.alias}: got a tuple of {len(value)} tensors where one tensor or a value belongs",
+                    f"{spec.alias}: got a {kind} of {len(value)} tensors where one tensor or a value belongs",
                     **where,
-                    remedies=("Unpack the multi-output result first, e.g. a, b = split(...), and pass one tensor.",),
+                    remedies=(remedy,),
                 )
         variadic = declared_spec.variadic_input
         if variadic:
@@ -250,7 +266,7 @@ class Binder:
                     "E_ARGUMENT",
                     f"{spec.alias} takes at most {len(positional)} positional value(s), got {len(values)}",
                     **where,
-                    remedies=("Pass the remaining values by keyword.",),
+                    remedies=positional_remedies(spec, positional),
                 )
             author[spec.positional_rest] = tuple(rest)
         for key, value in kwargs.items():
@@ -407,7 +423,8 @@ def _unknown_argument_remedies(spec: OperatorSpec, key: str) -> tuple[str, ...]:
     listing = f"Use one of: {', '.join(arguments) or 'no arguments'}."
     ports = () if spec.shape.variadic_input else spec.input_ports()
     close = did_you_mean(key, (*arguments, *RESERVED_METADATA, *ports))
-    return (listing,) if close is None else (close, listing)
+    hint = unknown_keyword_hint(spec, key)
+    return tuple(remedy for remedy in (hint, close, listing) if remedy is not None)
 
 
 def _is_variadic_key(spec: OperatorSpec, key: str) -> bool:

@@ -580,7 +580,8 @@ class _Validator:
         """A container element: a literal, never a name or a call."""
         if isinstance(node, ast.Name):
             self.fail("E_SYNTAX", f"literal containers cannot contain names ({shown(node.id)})",
-                      node, "Pass tensors as direct operator arguments, not inside containers.")
+                      node, "Pass tensors as direct operator arguments, not inside containers: "
+                      "concat(a, b, axis=1), not concat([a, b], axis=1).")
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id in SCHEME_NAMES:
                 self.misplaced_scheme(node)
