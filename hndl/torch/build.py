@@ -32,7 +32,7 @@ from ..limits import limits_in_force, validate_limits
 from ..plan import PlanNode, ResolvedPlan
 from ..registry import Registry, using_registry
 from .graph_module import GraphModule
-from .initialize import apply_initialization, apply_trainability, check_targets
+from .initialize import apply_initialization, apply_trainability, check_targets, write_whole
 from .instantiate import (
     MetaProbe,
     ModuleCounter,
@@ -60,6 +60,129 @@ def build(
 ) -> GraphModule:
     """Construct ``plan`` on ``device``; ``forward(**inputs)`` returns a dict of outputs."""
     return construct(plan, GraphModule, device=device, initialization_seed=initialization_seed, registry=registry, limits=limits)
+
+
+class _BuildSeed:
+    """The default of ``initialize``'s ``initialization_seed``: the seed the build recorded."""
+
+    def __repr__(self) -> str:
+        return "<the seed in model.build_receipt>"
+
+
+#: ``initialize(model)`` re-runs the initialization with the seed (or the caller-RNG mode) the build used.
+BUILD_SEED: Any = _BuildSeed()
+
+
+def initialize(
+    model: nn.Module,
+    *,
+    initialization_seed: Any = BUILD_SEED,
+    registry: Optional[Registry] = None,
+    limits: Optional[Mapping[str, int]] = None,
+) -> nn.Module:
+    """Give every parameter and buffer of a built network the values its plan's build gives them.
+
+    This is the second half of deferred initialization (SPEC.md "Meta device and deferred
+    initialization"): build on the meta device (``network(..., device="meta")``,
+    ``build(plan, device="meta")``), which allocates nothing, optionally shard it
+    (``torch.distributed.fsdp.fully_shard``), allocate it with ``model.to_empty(device=...)``,
+    then call ``initialize(model)``. Every node is constructed again on the model's device, one
+    node at a time, in the build's RNG scope and order (constructors in plan order, then the
+    plan's initialization overrides), and its parameters and buffers, constant tables computed in
+    ``__init__`` and batch-norm running statistics included, are copied into the model's own
+    tensors in place; a parameter sharded as a DTensor receives its shard of the whole value.
+
+    ``initialization_seed`` defaults to the build's (``model.build_receipt``): an int gives
+    exactly the values of a direct build on that device with that seed; None draws from the
+    caller's RNG, as a build without a seed does (a meta build draws nothing, so seeding torch
+    the same way before ``initialize`` as before a direct build gives the same values). The
+    receipt then records this call's device and seed. Also usable on a materialized model, to
+    re-initialize it. Returns ``model``.
+
+    Errors: E_ARGUMENT when ``model`` is not a built HNDL network; E_RUNTIME while any of its
+    tensors is still on the meta device (call ``to_empty`` first) or when a node's registered
+    state no longer matches what its operator constructs; E_INITIALIZATION for targets that share
+    storage (checked here, since meta tensors cannot show it); E_RESOURCE as in ``build``.
+    Extra memory: one node's state at a time.
+    """
+    if not isinstance(model, GraphModule):
+        raise HNDLError(
+            "E_ARGUMENT", f"initialize() needs a network built by HNDL, not {type(model).__name__}", field="model",
+            remedies=("Pass the module that network(), build() or restore() returned.",))
+    seed = model.build_receipt["initialization_seed"] if initialization_seed is BUILD_SEED else initialization_seed
+    check_seed(seed)
+    checked = validate_limits(limits)
+    plan = model.plan
+    left = next((name for name, tensor in _named_state(model) if tensor.is_meta), None)
+    if left is not None:
+        raise HNDLError(
+            "E_RUNTIME", f"{left} is still on the meta device; initialize() writes values into allocated tensors",
+            remedies=("Allocate the model first: model.to_empty(device=\"cpu\") (or \"cuda\"), then initialize(model).",))
+    device = model._device
+    dtype = TORCH_DTYPES[plan.dtype]
+    named = f"limits['max_state_bytes']={checked['max_state_bytes']}"
+    targets = dict(zip((node.id for node in plan.nodes), model._node_modules))
+    records: dict[str, Any] = {}
+    with limits_in_force(checked), active_specs(plan, registry) as specs:
+        placement = device_placement(device)
+        counter = ModuleCounter(checked["max_node_modules"])
+        with _rng_scope(seed, device):
+            with counter.watching():
+                valid: dict[int, Any] = {}
+                for node in plan.nodes:
+                    fresh, _ = _materialize(specs[node.id], node, constructor_kwargs(specs[node.id], node), device,
+                                            placement, dtype, counter, None, named)
+                    records[node.id] = check_targets(fresh, node=node.id, initialization=node.initialization,
+                                                     trainability=node.trainability, dtype=dtype, valid=valid)
+                    _copy_state(fresh, targets[node.id], node)
+                    del fresh
+            for node in plan.nodes:
+                if records[node.id] is not None:
+                    apply_initialization(targets[node.id], records[node.id][0])
+    receipt = dict(model.build_receipt)
+    receipt.update(device=str(device), initialization_seed=seed, seed_mode="caller" if seed is None else "isolated")
+    model.build_receipt = BuildReceipt(receipt)
+    return model
+
+
+def _named_state(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``parameter 'name'`` / ``buffer 'name'`` and the tensor, for every registered tensor."""
+    for name, tensor in model.named_parameters(remove_duplicate=False):
+        yield f"parameter {name!r}", tensor
+    for name, tensor in model.named_buffers(remove_duplicate=False):
+        yield f"buffer {name!r}", tensor
+
+
+def _copy_state(fresh: nn.Module, target: nn.Module, node: PlanNode) -> None:
+    """Copy every parameter and buffer of ``fresh`` (the node constructed again) into ``target`` (the
+    model's module of that node) in place, by slot; a slot either lacks is E_RUNTIME."""
+    def mismatch(what: str) -> HNDLError:
+        return HNDLError(
+            "E_RUNTIME",
+            f"node {node.id!r} ({node.op}): {what}, so initialize() cannot tell where its constructed values go",
+            node=node.id,
+            remedies=("Call initialize(model) right after to_empty(), before parametrizing, quantizing or "
+                      "otherwise changing the node modules.",))
+
+    for path, sub in fresh.named_modules():
+        try:
+            home = target.get_submodule(path) if path else target
+        except AttributeError:
+            raise mismatch(f"the model has no submodule {path!r}") from None
+        for kind, slots in (("parameter", "_parameters"), ("buffer", "_buffers")):
+            ours, theirs = getattr(sub, slots), getattr(home, slots)
+            if {name for name, value in ours.items() if value is not None} != \
+                    {name for name, value in theirs.items() if value is not None}:
+                raise mismatch(f"the {kind}s of {path or 'the node'} are {sorted(theirs)}, its operator constructs "
+                               f"{sorted(ours)}")
+            for name, value in ours.items():
+                if value is None:
+                    continue
+                slot = theirs[name]
+                if tuple(slot.shape) != tuple(value.shape):
+                    raise mismatch(f"{kind} {'.'.join(filter(None, (path, name)))!r} has shape {list(slot.shape)}, "
+                                   f"its operator constructs {list(value.shape)}")
+                write_whole(slot, value.detach())
 
 
 def parameter_counts(
@@ -92,7 +215,7 @@ def construct(
     if not isinstance(plan, ResolvedPlan):
         raise HNDLError("E_SCHEMA", f"build() needs a ResolvedPlan, not {type(plan).__name__}", field="plan")
     checked = validate_limits(limits)
-    target = check_device(device)
+    target = check_device(device, meta=True)
     check_seed(initialization_seed)
     budget = state_budget(checked, target, explicit=isinstance(limits, Mapping) and "max_state_bytes" in limits)
     with limits_in_force(checked), active_specs(plan, registry) as specs:
@@ -132,12 +255,13 @@ def state_budget(checked: Mapping[str, int], device: torch.device, *, explicit: 
 
     An explicit ``limits['max_state_bytes']`` is used as given. The default (64 GiB) is lowered to the
     memory of the target device when that is smaller: physical memory for cpu, total memory for a
-    CUDA device. Limits never enter a plan, so this changes no plan bytes or digests, only how early
+    CUDA device; a meta build allocates nothing and keeps the default, since the model it makes is
+    materialized later, possibly sharded (``to_empty``, then ``initialize``). Limits never enter a plan, so this changes no plan bytes or digests, only how early
     a build that cannot fit is refused.
     """
     limit = checked["max_state_bytes"]
     named = f"limits['max_state_bytes']={limit}"
-    if explicit:
+    if explicit or device.type == "meta":  # meta holds nothing: the bound is the plan's, as given
         return limit, named
     memory, what = device_memory(device)
     if memory is not None and memory < limit:
@@ -164,6 +288,7 @@ def _construct(plan, module_class, specs, dtype, target, initialization_seed, ch
     tensors: dict[str, tuple] = {}  # each module's state_tensors, read once
     placement = device_placement(target)
     counter = ModuleCounter(checked["max_node_modules"])
+    deferred = target.type == "meta"  # initialization waits for to_empty + initialize()
     try:
         with _rng_scope(initialization_seed, target):
             with counter.watching():
@@ -174,12 +299,13 @@ def _construct(plan, module_class, specs, dtype, target, initialization_seed, ch
             valid: dict[int, Any] = {}  # records already validated, by identity (plans share the defaults)
             records = {
                 node.id: check_targets(modules[node.id], node=node.id, initialization=node.initialization,
-                                       trainability=node.trainability, dtype=dtype, valid=valid)
+                                       trainability=node.trainability, dtype=dtype, valid=valid, deferred=deferred)
                 for node in plan.nodes
             }
             for node_id, checked_records in records.items():
                 if checked_records is not None:  # None: nothing to initialize or freeze
-                    apply_initialization(modules[node_id], checked_records[0])
+                    if not deferred:
+                        apply_initialization(modules[node_id], checked_records[0])
                     apply_trainability(modules[node_id], checked_records[1])
         _check_ownership(modules, tensors)
         built = sum(registered_bytes(modules[node_id], held) for node_id, held in tensors.items())
@@ -251,20 +377,30 @@ def active_specs(plan: ResolvedPlan, registry: Optional[Registry]) -> Iterator[d
         yield specs
 
 
-def check_device(device: Any) -> torch.device:
-    """``device`` as a torch.device: cpu, or an existing CUDA device with its index (E_SCHEMA, E_RUNTIME)."""
+def check_device(device: Any, *, meta: bool = False) -> torch.device:
+    """``device`` as a torch.device: cpu, an existing CUDA device with its index, or (where ``meta``)
+    the meta device (E_SCHEMA, E_RUNTIME)."""
+    names = 'device="cpu", "cuda" / "cuda:<index>"' + (' or "meta"' if meta else "")
     if isinstance(device, str):
         try:
             device = torch.device(device)
         except RuntimeError:
             raise HNDLError("E_SCHEMA", f"device {device!r} is not a device name", field="device",
-                            remedies=('Use device="cpu" or device="cuda" / "cuda:<index>".',)) from None
+                            remedies=(f"Use {names}.",)) from None
+    if isinstance(device, torch.device) and device.type == "meta":
+        if not meta:
+            raise HNDLError(
+                "E_SCHEMA", "the meta device holds no values, and this step computes them", field="device",
+                remedies=("Use hndl.torch.dry_run(plan) to run every node on the meta device, or device=\"cpu\".",))
+        if device.index is not None:
+            raise HNDLError("E_SCHEMA", f"meta takes no device index, got {device}", field="device")
+        return device
     if not isinstance(device, torch.device) or device.type not in ("cpu", "cuda"):
         raise HNDLError(
             "E_SCHEMA",
-            f"device must be cpu or cuda[:index], got {device!r}",
+            f"device must be cpu or cuda[:index]{' or meta' if meta else ''}, got {device!r}",
             field="device",
-            remedies=('Use device="cpu" or device="cuda" / "cuda:<index>".',),
+            remedies=(f"Use {names}.",),
         )
     if device.type == "cuda":
         if not torch.cuda.is_available():

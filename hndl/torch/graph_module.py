@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import copy
 import keyword
+import sys
 import threading
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
@@ -99,6 +100,9 @@ SCRIPT_REMEDY = (
 _tracing_state = torch._C._get_tracing_state
 _set_tracing_state = torch._C._set_tracing_state
 _is_compiling = torch.compiler.is_compiling
+#: Set while a Python-level profiler observes calls: torch.profiler's Python tracer (``with_stack=True``,
+#: which records one ``nn.Module: <Class>_<n>`` event per ``nn.Module.__call__``), cProfile.
+_getprofile = sys.getprofile
 _Module = nn.Module
 _module_call = nn.Module.__call__
 #: ``__call__``'s check, as in the fast paths (``hndl.torch.programs``): a plain ``return False``
@@ -309,7 +313,10 @@ class GraphModule(nn.Module):
 
         The conditions are exactly those under which ``Module._call_impl`` calls ``forward``
         directly (no module or global hooks, no JIT tracing), plus: ``module.compile()`` has not
-        been used and nobody (``torch.fx``, profilers) has replaced ``nn.Module.__call__``.
+        been used, nobody (``torch.fx``, profilers) has replaced ``nn.Module.__call__``, and no
+        Python profiler is watching: ``torch.profiler.profile(with_stack=True)`` records a module
+        event for each ``nn.Module.__call__`` frame, so a profiled network shows as one
+        ``nn.Module: Network_0`` event holding its nodes' events, as a handwritten module does.
         Otherwise the call goes through ``nn.Module.__call__`` as usual. Under
         ``torch.compile(model)`` dynamo traces this frame; the hook check is folded while
         tracing, as torch does for its own modules (``hndl.torch.module_hooks``), and the
@@ -325,9 +332,9 @@ class GraphModule(nn.Module):
         elif (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
                 or _global_forward_pre_hooks or _global_forward_hooks or _global_backward_pre_hooks
                 or _global_backward_hooks or self._compiled_call_impl is not None
-                or _Module.__call__ is not _module_call or _tracing_state()):
+                or _Module.__call__ is not _module_call or _tracing_state() or _getprofile() is not None):
             # The expression is hooks_registered's, inlined. A replaced nn.Module.__call__ (fx's
-            # tracer, profilers) is the one that must see this call.
+            # tracer, profilers) is the one that must see this call, and a profiler its frame.
             if self._positional_inputs and not (self._forward_pre_hooks or _global_forward_pre_hooks):
                 self._check_arguments(args, kwargs)  # E_BINDING rather than forward's TypeError
             return _Module.__call__(self, *args, **kwargs)

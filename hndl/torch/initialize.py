@@ -30,7 +30,8 @@ from ..construction import (
 )
 from ..errors import HNDLError, listed
 
-__all__ = ["check_targets", "apply_initialization", "apply_trainability", "scheme_reach"]
+__all__ = ["check_targets", "apply_initialization", "apply_trainability", "scheme_reach", "write_whole",
+           "whole_scratch", "is_distributed_tensor"]
 
 #: Dtypes whose QR factorization torch does not implement; orthogonal_ runs in float32 and
 #: the result is copied into the parameter.
@@ -171,7 +172,7 @@ def _storage_groups(inventory: _Inventory) -> dict[tuple, list[tuple[str, str, t
 
 
 def _check_initialization(
-    inventory: _Inventory, record: Mapping, *, node: str, dtype: torch.dtype
+    inventory: _Inventory, record: Mapping, *, node: str, dtype: torch.dtype, deferred: bool = False
 ) -> None:
     code = "E_INITIALIZATION"
     values = _alias_conflicts(inventory, record["overrides"], code=code, node=node, field="init")
@@ -188,7 +189,7 @@ def _check_initialization(
         def fail(message: str, *remedies: str) -> HNDLError:
             return HNDLError(code, message, node=node, field=field, remedies=remedies)
 
-        if isinstance(param, nn.parameter.UninitializedTensorMixin) or param.is_meta:
+        if isinstance(param, nn.parameter.UninitializedTensorMixin) or (param.is_meta and not deferred):
             raise fail(
                 f"parameter {name!r} is not materialized, so it cannot be initialized",
                 "Use an operator whose constructor creates its parameters eagerly.",
@@ -317,6 +318,7 @@ def check_targets(
     trainability: Mapping,
     dtype: torch.dtype,
     valid: Optional[dict[int, Any]] = None,
+    deferred: bool = False,
 ) -> Optional[tuple[dict, dict]]:
     """Verify a node's records against its constructed module; change nothing.
 
@@ -332,13 +334,18 @@ def check_targets(
     schemes need at least two dimensions; every constant and scheme must stay finite in the
     compute dtype for the parameter's shape (``scheme_reach``); trainability may not enable
     gradients on an integer parameter, and parameters sharing storage must end with one flag.
+
+    ``deferred``: the module is on the meta device and its initialization waits for
+    ``hndl.torch.initialize`` after ``to_empty``; meta parameters are then accepted as targets
+    (storage sharing, which meta tensors cannot show, is checked again when that call
+    constructs the node for real).
     """
     init = _checked(check_initialization_record, initialization, node, valid)
     train = _checked(check_trainability_record, trainability, node, valid)
     if not init["overrides"] and train["default"] is None and not train["overrides"]:
         return None
     inventory = _Inventory(module)
-    _check_initialization(inventory, init, node=node, dtype=dtype)
+    _check_initialization(inventory, init, node=node, dtype=dtype, deferred=deferred)
     _check_trainability(inventory, train, node=node)
     return init, train
 
@@ -368,7 +375,12 @@ def _apply_scheme(param: torch.Tensor, record: Mapping[str, Any]) -> None:
 
 
 def apply_initialization(module: nn.Module, initialization: Mapping) -> None:
-    """Apply a checked initialization record in the module's own parameter order."""
+    """Apply a checked initialization record in the module's own parameter order.
+
+    A parameter sharded as a ``DTensor`` (FSDP2's ``fully_shard``) is computed whole in a
+    scratch tensor, drawing exactly what the unsharded parameter would draw, and each rank keeps
+    its own shard (``write_whole``): a sharded model gets the values of an unsharded build.
+    """
     record = check_initialization_record(initialization)
     if not record["overrides"]:
         return
@@ -381,10 +393,40 @@ def apply_initialization(module: nn.Module, initialization: Mapping) -> None:
             if id(param) not in values:
                 continue
             value = values[id(param)]
+            whole = whole_scratch(param)
             if isinstance(value, Mapping):
-                _apply_scheme(param, value)
+                _apply_scheme(whole, value)
             else:
-                param.fill_(value)
+                whole.fill_(value)
+            if whole is not param:
+                write_whole(param, whole)
+
+
+def is_distributed_tensor(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a ``torch.distributed.tensor.DTensor`` (read without importing it)."""
+    return getattr(type(tensor), "__module__", "").startswith("torch.distributed") and hasattr(tensor, "device_mesh")
+
+
+def whole_scratch(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` itself, or for a DTensor an uninitialized plain tensor of its whole (global) shape
+    and dtype on its local device, to compute the whole value in."""
+    if not is_distributed_tensor(tensor):
+        return tensor
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.to_local().device)
+
+
+def write_whole(target: torch.Tensor, whole: torch.Tensor) -> None:
+    """Copy the whole value ``whole`` into ``target`` (cast to its dtype); a DTensor ``target`` keeps
+    the part its placements give this rank, sliced locally (every rank holds the same ``whole``,
+    so nothing is communicated)."""
+    with torch.no_grad():
+        if is_distributed_tensor(target):
+            from torch.distributed.tensor import distribute_tensor
+
+            whole = whole.to(device=target.to_local().device, dtype=target.dtype)
+            target.copy_(distribute_tensor(whole, target.device_mesh, target.placements, src_data_rank=None))
+        else:
+            target.copy_(whole)
 
 
 def apply_trainability(module: nn.Module, trainability: Mapping) -> None:

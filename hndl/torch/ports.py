@@ -36,6 +36,13 @@ TORCH_DTYPES = {
 }
 DTYPE_NAMES = {value: key for key, value in TORCH_DTYPES.items()}
 
+#: A graph whose state is on the meta device holds no values, so its ports take any device: called
+#: with meta tensors it computes shapes only, as torch's modules do, and under
+#: ``torch.func.functional_call`` (``stack_module_state`` ensembles over a meta base model) the
+#: state substituted for its meta tensors decides where the values live; torch itself refuses a
+#: mix of devices inside a node.
+META_DEVICE = "meta"
+
 CONTRACT_REMEDY = "Call the module with tensors matching the plan's contracts."
 FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
@@ -45,10 +52,15 @@ def autocast_dtypes(device: torch.device) -> tuple:
 
     Autocast runs its low-precision ops in its dtype and its full-precision ops in float32
     (SPEC.md "Runtime validation under autocast"); off, or enabled only for another device
-    type, nothing is added. A tuple, so the traced program evaluates it once under dynamo.
+    type, nothing is added; nor for a device type autocast does not know (``meta``, where torch
+    raises, and a module computes no values to cast). A tuple, so the traced program evaluates
+    it once under dynamo.
     """
     kind = device.type
-    if not torch.is_autocast_enabled(kind):
+    try:
+        if not torch.is_autocast_enabled(kind):
+            return ()
+    except RuntimeError:  # "unknown device type for autocast": meta
         return ()
     return (torch.get_autocast_dtype(kind), torch.float32)
 
@@ -114,12 +126,14 @@ class Port:
             also = "".join(f" or {dtype_name(dtype)}" for dtype in extra if dtype != self.dtype)
             under = " (autocast)" if also else ""
             return f"{self.label}: expected dtype {dtype_name(self.dtype)}{also}{under}, got {dtype_name(value.dtype)}"
-        if value.device != device:
+        if value.device != device and device.type != META_DEVICE:
             return f"{self.label}: expected device {device}, got {value.device}"
         return None
 
     def check(self, value: Any, batch: int, device: torch.device, loose: tuple, source: str, **where: Any) -> None:
         """Raise E_RUNTIME when ``value`` breaks this port's contract for the call's ``batch``.
+
+        A graph on the meta device accepts values on any device (``META_DEVICE``).
 
         ``loose`` holds the extra dtypes autocast allows a floating port (``autocast_dtypes``).
         """
@@ -131,7 +145,7 @@ class Port:
                     if actual != (extent * batch if kind else extent):
                         break
                 else:
-                    if self.accepts_dtype(value.dtype, loose) and value.device == device:
+                    if self.accepts_dtype(value.dtype, loose) and (value.device == device or device.type == META_DEVICE):
                         return
         raise self.error(value, batch, device, source, loose, **where)
 
