@@ -78,7 +78,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     (and in the tables, should they require gradients) to any order.
     """
     rotated = cos.shape[-1]
-    if rotated == x.shape[-1]:
+    # Under torch.jit.trace (and the classic ONNX exporter) sizes are traced tensors: comparing them would be
+    # a TracerWarning, so a trace records the general form, which computes the same with an empty tail.
+    if not torch.jit.is_tracing() and rotated == x.shape[-1]:
         return x * cos + rotate_half(x) * sin
     head, tail = x[..., :rotated], x[..., rotated:]
     return torch.cat((head * cos + rotate_half(head) * sin, tail), dim=-1)
