@@ -319,7 +319,7 @@ def positional_remedies(spec: Any, accepted: tuple[str, ...]) -> tuple[str, ...]
     if keywords:
         call = ", ".join(f"{name}=..." for name in keywords[:4]) + (", ..." if len(keywords) > 4 else "")
         remedies.append(f"Pass the remaining values by keyword: {spec.alias}({call}).")
-    else:
+    elif not remedies:
         remedies.append(f"{spec.alias} takes no other arguments: write {spec.alias}("
                         f"{', '.join(accepted)}).")
     return tuple(remedies)
@@ -344,6 +344,10 @@ def torch_habit(spec: Any, values: Any, author: Any) -> Optional[tuple[str, str,
                     f"({spelling.torch}), but here that position is {name} (a float); HNDL refuses it rather "
                     f"than use {name}={float(first)!r}",
                     (spelling.hint,))
+    if alias in ("chunk", "split"):
+        habit = _chunk_split_habit(alias, author)
+        if habit is not None:
+            return habit
     if alias == "reshape":
         shape = author.get("shape", ())
         if isinstance(shape, (list, tuple)) and any(isinstance(v, int) and not isinstance(v, bool) and v <= 0
@@ -357,4 +361,32 @@ def torch_habit(spec: Any, values: Any, author: Any) -> Optional[tuple[str, str,
                     (f"Leave the -1 out: {example} writes the leading dimensions and infers the rest from the "
                      f"element count and the output contract or consumer; to fix the last factor instead, "
                      f"write the leading one (torch's x.reshape(B, -1, 16) on [B, 64] is reshape(4)).",))
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _chunk_split_habit(alias: str, author: Any) -> Optional[tuple[str, str, tuple[str, ...]]]:
+    """torch.chunk / torch.split habits: a negative or batch axis, and split's list of sections."""
+    first = "chunks" if alias == "chunk" else "size"
+    count = author.get(first)
+    dim = author.get("dim", 1)
+    if alias == "split" and isinstance(count, (list, tuple)) and count and all(map(_is_int, count)):
+        return ("size",
+                f"split({list(count)!r}): torch's list of section sizes; HNDL's split takes the first part's "
+                f"size and returns two tensors, first and rest",
+                (f"Write first, rest = split({count[0]}, dim) and split rest again for more parts, or use "
+                 f"chunk(n, dim) for n equal parts.",))
+    if _is_int(dim) and (dim < 0 or (dim == 0 and alias == "split")):  # chunk(n, 0) divides stacked batches
+        shown_count = count if _is_int(count) else "n"
+        if dim == 0:
+            problem = "axis 0 is the batch axis, which HNDL never splits (torch's default dim=0 splits the batch)"
+            fix = f"Split a non-batch axis: {alias}({shown_count}, 1) (axis 1 is also the default)."
+        else:
+            problem = "negative axes are not counted from the end here; axes are numbered on the whole shape"
+            fix = (f"Write the axis from the front, batch being 0: for the last axis of [B, T, D] write "
+                   f"{alias}({shown_count}, 2).")
+        return ("dim", f"{alias}(..., dim={dim}): {problem}", (fix,))
     return None

@@ -104,6 +104,8 @@ class Binder:
                 self._node_id(node_id, spec, where)
         where["node"] = node_id
         ports, values = self._bind_ports(spec, declared, args, kwargs, where)
+        if kwargs and "approximate" in kwargs and "approximate" not in spec.args:
+            kwargs = _gelu_approximate(spec, kwargs, where)
         author = self._bind_arguments(spec, declared, values, kwargs, where)
         habit = torch_habit(spec, values, author)
         if habit is not None:
@@ -415,6 +417,38 @@ class _Declared:
     def is_port(self, spec: OperatorSpec, key: str) -> bool:
         """True when keyword ``key`` names one of the operator's tensor input ports."""
         return _is_variadic_key(spec, key) if self.variadic_input else key in self.input_set
+
+
+def _gelu_approximate(spec: OperatorSpec, kwargs: Mapping[str, Any], where: dict) -> Mapping[str, Any]:
+    """Torch's ``approximate=`` on a block whose ``activation`` offers ``"gelu_tanh"``: one spelling of
+    the tanh GELU everywhere. ``approximate="tanh"`` binds ``activation="gelu_tanh"`` (what the plan
+    records), ``approximate="none"`` the exact ``"gelu"``; with any other activation it is E_ARGUMENT.
+    Operators without such an activation keep the unknown-argument failure, which names the fix."""
+    arg = spec.args.get("activation")
+    if arg is None or arg.type is not str or "gelu_tanh" not in (arg.choices or ()) or "gelu" not in arg.choices:
+        return kwargs
+    approximate = kwargs["approximate"]
+    activation = kwargs.get("activation", arg.default)
+    wanted = {"tanh": "gelu_tanh", "none": "gelu"}.get(approximate) if isinstance(approximate, str) else None
+    if wanted is None:
+        raise HNDLError(
+            "E_ARGUMENT", f"{spec.alias}: approximate={shown(approximate)} is not 'none' or 'tanh'", **where,
+            field="approximate",
+            remedies=(f"Write {spec.alias}(..., approximate='tanh') (torch's tanh GELU) or "
+                      f"{spec.alias}(..., activation='gelu_tanh').",),
+        )
+    if activation not in ("gelu", "gelu_tanh") or ("activation" in kwargs and activation != "gelu"
+                                                    and activation != wanted):
+        raise HNDLError(
+            "E_ARGUMENT",
+            f"{spec.alias}: approximate={approximate!r} applies to the GELU, but activation={shown(activation)}",
+            **where, field="approximate",
+            remedies=(f"approximate= only qualifies the GELU: drop it to keep activation={shown(activation)}, or "
+                      f"write {spec.alias}(..., activation={wanted!r}).",),
+        )
+    bound = {key: value for key, value in kwargs.items() if key != "approximate"}
+    bound["activation"] = wanted
+    return bound
 
 
 def _unknown_argument_remedies(spec: OperatorSpec, key: str) -> tuple[str, ...]:

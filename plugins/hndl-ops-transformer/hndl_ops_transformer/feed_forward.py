@@ -29,7 +29,8 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 ACTIVATIONS_V2: tuple[str, ...] = ("gelu", "gelu_tanh", "relu", "silu")
 
 ACTIVATION_HELP = ("The hidden activation: 'gelu' (exact erf GELU, BERT/ViT), 'gelu_tanh' (the tanh "
-                   "approximation GPT-2 calls gelu_new), 'relu', 'silu' (x * sigmoid(x)) or 'quick_gelu' "
+                   "approximation GPT-2 calls gelu_new; a call may also write torch's approximate='tanh', "
+                   "which binds 'gelu_tanh'), 'relu', 'silu' (x * sigmoid(x)) or 'quick_gelu' "
                    "(x * sigmoid(1.702 x), CLIP).")
 
 ACTIVATION_HELP_V2 = ("The hidden activation: 'gelu' (exact erf GELU, BERT/ViT), 'gelu_tanh' (the tanh "
@@ -137,7 +138,11 @@ class FeedForward(nn.Module):
       guessed.
     * **Activation.** `activation="gelu"` (the default) is the exact (erf) GELU,
       `torch.nn.functional.gelu(approximate="none")`, of BERT and ViT; `"gelu_tanh"` is its
-      tanh approximation (`approximate="tanh"`), which GPT-2 uses under the name `gelu_new`;
+      tanh approximation (`approximate="tanh"`), which GPT-2 uses under the name `gelu_new`.
+      The tanh GELU has one spelling in a plan, `activation="gelu_tanh"`, and torch's spelling
+      is accepted everywhere: a call may write `feed_forward(approximate="tanh")` (or
+      `activation="gelu", approximate="tanh"`), which binds `activation="gelu_tanh"`, as the
+      `gelu` operator itself is `gelu(approximate="tanh")`;
       `"relu"` and `"silu"` (`x * sigmoid(x)`) are the other common choices, and
       `"quick_gelu"` (`x * sigmoid(1.702 x)`) is OpenAI CLIP's. The activation is part of
       the operator's meaning and is recorded in the plan.

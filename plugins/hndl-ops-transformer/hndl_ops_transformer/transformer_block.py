@@ -193,6 +193,9 @@ class TransformerBlock(nn.Module):
     * **Biases.** `bias` sets both the attention and the feed-forward biases; `attention_bias`
       or `mlp_bias`, when given, decide for their part alone, and `query_bias`, `key_bias`,
       `value_bias`, `out_bias` for one attention projection.
+    * **Activation.** The same choices as `feed_forward`; the tanh GELU is `activation="gelu_tanh"`
+      in the plan, and a call may write torch's `approximate="tanh"` instead (it binds
+      `activation="gelu_tanh"`), as the `gelu` operator is `gelu(approximate="tanh")`.
     * **Real models.** GPT-2 is `transformer_block(heads, causal=True, activation="gelu_tanh")`
       (its `Conv1D` weights are the transposes of ours and `c_attn` holds query, key and value
       side by side); a ViT layer is `transformer_block(heads, eps=1e-6)`; a BERT layer is
