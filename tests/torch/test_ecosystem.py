@@ -555,13 +555,22 @@ def works_with_rows() -> list[list[str]]:
 def test_the_works_with_table_names_these_tests_and_the_versions_installed():
     rows = works_with_rows()
     assert len(rows) >= 12
-    tests = set()
-    for module in (*Path(__file__).parent.glob("test_*.py"), ROOT / "tests" / "reliability" / "test_distributed.py"):
-        tests |= set(re.findall(r"^def (test_\w+)", module.read_text(encoding="utf-8"), re.MULTILINE))
     for tool, version, named, _limits in rows:
-        package, _, number = version.partition(" ")
-        assert importlib.metadata.version(package) == number, f"{tool}: tested with {version}"
+        for pinned in version.split(", "):  # "onnx 1.23.2, onnxruntime 1.32.0": every package the row tests with
+            package, _, number = pinned.partition(" ")
+            assert importlib.metadata.version(package) == number, f"{tool}: tested with {pinned}"
         names = re.findall(r"`(test_\w+)`", named)
         assert names, f"{tool}: the row names no test"
+        # The row's module: "(test_tools.py)" in this folder, "(tests/reliability)" or a path; none, any module here.
+        where = re.search(r"\(([\w/.]+)\)\s*$", named)
+        if where is None:
+            modules = sorted(Path(__file__).parent.glob("test_*.py"))
+        elif where.group(1) == "tests/reliability":
+            modules = [ROOT / "tests" / "reliability" / "test_distributed.py"]
+        else:
+            modules = [ROOT / where.group(1) if "/" in where.group(1) else Path(__file__).parent / where.group(1)]
+        assert all(module.is_file() for module in modules), f"{tool}: no test module {modules}"
+        tests = {test for module in modules
+                 for test in re.findall(r"^def (test_\w+)", module.read_text(encoding="utf-8"), re.MULTILINE)}
         for test in names:
-            assert test in tests, f"{tool}: no test {test}"
+            assert test in tests, f"{tool}: no test {test} in {', '.join(str(m.relative_to(ROOT)) for m in modules)}"
