@@ -370,3 +370,37 @@ def test_fuse_modules_fuses_conv_relu_and_linear_relu_of_the_unsealed_network_li
     expected = model(x)
     torch.testing.assert_close(plain(x), expected)
     torch.testing.assert_close(fused_twin(x), expected)
+
+
+# -- layers inside a composite node ------------------------------------------------------------------
+def test_a_batch_norm_inside_a_composite_node_converts_unsealed_and_is_reported_by_the_sealed_network():
+    model = network("residual_block(8)", input_shape=("B", 8, 6, 6), output_shape=("B", 8, 6, 6), device="cpu",
+                    initialization_seed=0)
+    x = torch.randn(2, 8, 6, 6, generator=torch.Generator().manual_seed(2))
+    plain = nn.SyncBatchNorm.convert_sync_batchnorm(unsealed(copy.deepcopy(model)))
+    assert type(plain["n0"].bn1) is nn.SyncBatchNorm and list(plain.state_dict()) == list(model.state_dict())
+    for mode in ("train", "eval"):
+        expected = getattr(model, mode)()(x)
+        torch.testing.assert_close(getattr(plain, mode)()(x), expected)
+    # On the sealed network the conversion reaches inside node n0's own module: the network's
+    # registered-state check reports it at the next call instead of running a layer its plan lacks.
+    nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    with pytest.raises(HNDLError) as error:
+        model(x)
+    assert error.value.code == "E_RUNTIME"
+    assert "submodule 'nodes.n_n0.bn1' was replaced with SyncBatchNorm" in error.value.message
+
+
+def test_peft_targets_layers_inside_a_composite_node_of_the_unsealed_network():
+    from peft import LoraConfig, get_peft_model
+
+    model = network("linear(48)\nfeed_forward(2)\nlinear()", input_shape=("B", 8, 12), output_shape=("B", 8, 10),
+                    device="cpu", initialization_seed=0)
+    x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(4))
+    expected = model(x)
+    tuned = get_peft_model(unsealed(copy.deepcopy(model)), LoraConfig(target_modules=["fc1", "fc2"], r=2))
+    assert sorted(n for n, p in tuned.named_parameters() if p.requires_grad) == [
+        f"base_model.model.nodes.n_n1.{layer}.lora_{side}.default.weight"
+        for layer in ("fc1", "fc2") for side in ("A", "B")]
+    torch.testing.assert_close(tuned(x), expected)
+    torch.testing.assert_close(model(x), expected)  # unsealed from a copy: the network is untouched
