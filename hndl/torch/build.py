@@ -138,7 +138,7 @@ def initialize(
                     del fresh
             for node in plan.nodes:
                 if records[node.id] is not None:
-                    apply_initialization(targets[node.id], records[node.id][0])
+                    apply_initialization(targets[node.id], records[node.id][0], dtype)
     receipt = dict(model.build_receipt)
     receipt.update(device=str(device), initialization_seed=seed, seed_mode="caller" if seed is None else "isolated")
     model.build_receipt = BuildReceipt(receipt)

@@ -374,8 +374,12 @@ def _apply_scheme(param: torch.Tensor, record: Mapping[str, Any]) -> None:
     routine(param, **kwargs)
 
 
-def apply_initialization(module: nn.Module, initialization: Mapping) -> None:
+def apply_initialization(module: nn.Module, initialization: Mapping, dtype: Optional[torch.dtype] = None) -> None:
     """Apply a checked initialization record in the module's own parameter order.
+
+    ``dtype``: the plan's compute dtype, where the module may since have been cast (``.double()``
+    before ``hndl.torch.initialize``); a parameter in another dtype is computed in ``dtype`` and
+    cast, so it holds what the build computed, cast as the module was.
 
     A parameter sharded as a ``DTensor`` (FSDP2's ``fully_shard``) is computed whole in a
     scratch tensor, drawing exactly what the unsharded parameter would draw, and each rank keeps
@@ -393,7 +397,7 @@ def apply_initialization(module: nn.Module, initialization: Mapping) -> None:
             if id(param) not in values:
                 continue
             value = values[id(param)]
-            whole = whole_scratch(param)
+            whole = whole_scratch(param, dtype)
             if isinstance(value, Mapping):
                 _apply_scheme(whole, value)
             else:
@@ -407,12 +411,15 @@ def is_distributed_tensor(tensor: torch.Tensor) -> bool:
     return getattr(type(tensor), "__module__", "").startswith("torch.distributed") and hasattr(tensor, "device_mesh")
 
 
-def whole_scratch(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` itself, or for a DTensor an uninitialized plain tensor of its whole (global) shape
-    and dtype on its local device, to compute the whole value in."""
-    if not is_distributed_tensor(tensor):
+def whole_scratch(tensor: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``tensor`` itself, or an uninitialized plain tensor of its whole (global) shape in ``dtype``
+    (default its own) on its local device, to compute the whole value in: for a DTensor, or a
+    tensor in another dtype than ``dtype``."""
+    distributed = is_distributed_tensor(tensor)
+    if not distributed and (dtype is None or tensor.dtype == dtype):
         return tensor
-    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.to_local().device)
+    device = tensor.to_local().device if distributed else tensor.device
+    return torch.empty(tensor.shape, dtype=tensor.dtype if dtype is None else dtype, device=device)
 
 
 def write_whole(target: torch.Tensor, whole: torch.Tensor) -> None:
