@@ -136,21 +136,21 @@ class Facts:
         lo, hi, _ = self._bounds[root]
         return int(lo * ratio), int(hi * ratio)
 
-    def explain(self, var: int) -> tuple[str, ...]:
-        """How ``var``'s value was derived: the premises' derivations, the fact that fixed its
-        class, then the equations leading from that fact to ``var``."""
+    def explain(self, var: int, *, premises: bool = True) -> tuple[str, ...]:
+        """How ``var``'s value was derived: the premises' derivations (unless ``premises`` is
+        False), the fact that fixed its class, then the equations leading from that fact to ``var``."""
         steps: list[str] = []
-        self._explain(var, steps, set())
+        self._explain(var, steps, set(), premises)
         return tuple(dict.fromkeys(steps))
 
-    def _explain(self, var: int, steps: list[str], seen: set[int]) -> None:
+    def _explain(self, var: int, steps: list[str], seen: set[int], deep: bool = True) -> None:
         root = self.find(var)[0]
         origin = self._origin.get(root)
         if origin is None or root in seen:
             return
         seen.add(root)
         source, why, premises, _ = origin
-        for premise in premises:
+        for premise in premises if deep else ():
             self._explain(premise, steps, seen)
         steps.append(why)
         steps.extend(self.connection(source, var))

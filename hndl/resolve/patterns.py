@@ -196,12 +196,14 @@ def apply_patterns(state: NodeState) -> None:
             state._pending_batch.discard(port)
     for symbol, name in tuple(state._pending_args.items()):
         if name in state.args:
-            facts.set_value(
-                state.symbol(symbol),
-                state.args[name],
-                f"node {state.node.id} ({state.spec.alias}) {name}={state.args[name]} ({state.origins[name]})",
-            )
+            facts.set_value(state.symbol(symbol), state.args[name], argument_reason(state, name))
             del state._pending_args[symbol]
+
+
+def argument_reason(state: NodeState, name: str) -> str:
+    """The fact a dimension-bound argument adds: ``node n2 (linear) out_features=100 (explicit)``.
+    Remedies find an author's literal in a contradiction's chain by this exact text."""
+    return f"node {state.node.id} ({state.spec.alias}) {name}={state.args[name]} ({state.origins[name]})"
 
 
 def _settle_ellipsis(state: NodeState) -> None:

@@ -18,7 +18,7 @@ from ..graph import Graph, Node, Ref
 from ..registry import active_registry
 from .facts import Facts, TensorFacts
 from .normalize import normalize_node
-from .patterns import NodeState, apply_patterns
+from .patterns import NodeState, apply_patterns, argument_reason
 from .view import NodeView
 
 
@@ -165,7 +165,19 @@ def _merge_relation_args(state: NodeState, view: NodeView) -> None:
 
 # -- the fixed point -----------------------------------------------------------------------
 def sweep(states: list[NodeState], max_iterations: int) -> None:
-    """Apply dirty nodes forward then backward until a sweep adds no fact (E_RESOURCE past the bound)."""
+    """Apply dirty nodes forward then backward until a sweep adds no fact (E_RESOURCE past the bound).
+
+    A contradiction whose chain holds an author's literal width names that literal first.
+    """
+    try:
+        _sweep(states, max_iterations)
+    except HNDLError as error:
+        if error.code != "E_CONSTRAINT":
+            raise
+        raise _with_literal_remedy(error, states) from None
+
+
+def _sweep(states: list[NodeState], max_iterations: int) -> None:
     facts = states[0].facts if states else None
     for _ in range(max_iterations):
         before = facts.version if facts else 0
@@ -188,18 +200,87 @@ def sweep(states: list[NodeState], max_iterations: int) -> None:
 def _with_node_remedy(error: HNDLError, state: NodeState) -> HNDLError:
     """``error`` with a specific remedy first when its node shows a known mistake."""
     if error.code == "E_DTYPE":
-        remedy = _probed_dtype_remedy(state)
+        found = (_probed_dtype_remedy(state),)
     elif error.code == "E_CONSTRAINT":
-        remedy = _flatten_remedy(state)
+        flatten = _flatten_remedy(state)  # the precise fix of a rank-2 conflict, when it applies
+        if flatten is not None:
+            found = (flatten,)
+        else:  # a rank-2 conflict without a flattening operator keeps the generic remedy
+            found = _relation_remedies(state, error) if _rank_two_conflict(state) is None else ()
     else:
-        remedy = None
-    if remedy is None:
+        found = ()
+    found = tuple(dict.fromkeys(text for text in found if text is not None and text not in error.remedies))
+    if not found:
         return error
     rest = tuple(text for text in error.remedies if text != CODES[error.code])
     location = error.location
-    return HNDLError(error.code, error.message, chain=error.chain, remedies=(remedy, *rest),
+    return HNDLError(error.code, error.message, chain=error.chain, remedies=(*found, *rest),
                      line=location.line, column=location.column, node=location.node, field=location.field,
                      file=location.file)
+
+
+def _relation_remedies(state: NodeState, error: HNDLError) -> tuple[str, ...]:
+    """When the node's patterns failed before its relation ran, the remedies the relation gives
+    for the same facts: a relation that checks ranks (``linear`` on ``[B, C, H, W]``) knows the
+    operator meant, where the pattern's equation only knows that two extents differ. The
+    relation is asked once, in this failure path only; what it raises is kept only if it names
+    a fix other than the code's default."""
+    relation = state.spec.relation
+    if relation is None or error.remedies != (CODES[error.code],):
+        return ()
+    try:
+        relation(NodeView(state))
+    except HNDLError as probed:
+        if probed.code == error.code:
+            return tuple(text for text in probed.remedies if text != CODES[probed.code])
+    except Exception:  # noqa: BLE001 - a relation reading facts its patterns never completed
+        return ()
+    return ()
+
+
+def _with_literal_remedy(error: HNDLError, states: list[NodeState]) -> HNDLError:
+    """``error`` with a remedy first for each explicit literal of an inferable, dimension-bound
+    argument (``linear(100)``'s out_features) whose fact is in its chain: omitting the literal
+    lets the solver infer the value the rest of the graph requires.
+
+    Only a literal on one side of the contradiction counts: a fact the message quotes (two
+    known extents that must be equal), or one of the two facts of a chain that pairs exactly two
+    (a value set twice, a value outside an interval). A literal that is only a premise, several
+    steps up a longer chain, is no fix and is not named.
+    """
+    direct = set(error.chain) if len(error.chain) <= 2 else set()
+    remedies = []
+    for state in states:
+        for symbol, name in (state.dim_args or {}).items():
+            if state.origins.get(name) != "explicit" or not state.spec.args[name].inferable:
+                continue
+            reason = argument_reason(state, name)
+            if reason not in direct and f"({reason})" not in error.message:
+                continue
+            remedies.append(_literal_remedy(state, symbol, name))
+            if len(remedies) == 3:
+                break
+    if not remedies:
+        return error
+    rest = tuple(text for text in error.remedies if text != CODES[error.code] and text not in remedies)
+    location = error.location
+    return HNDLError(error.code, error.message, chain=error.chain, remedies=(*remedies, *rest),
+                     line=location.line, column=location.column, node=location.node, field=location.field,
+                     file=location.file)
+
+
+def _literal_remedy(state: NodeState, symbol: str, name: str) -> str:
+    """Name the literal (node, argument, value, line) and say what omitting it gives."""
+    value = state.args[name]
+    node = state.node
+    where = f"node {node.id} ({state.spec.alias}" + (f", line {node.line}" if node.line is not None else "") + ")"
+    var = state.symbols.get(symbol)
+    needed = None if var is None else state.facts.value(var)
+    if needed is not None and needed != value:
+        return (f"Omit {name}={value} at {where}: the rest of the graph requires {name} {needed} there, and an "
+                f"omitted {name} is inferred from what consumes the result.")
+    return (f"Omit {name}={value} at {where}, or change it: the literal contradicts the contract or another "
+            f"operator (see the chain), and an omitted {name} is inferred from what consumes the result.")
 
 
 def _flatten_remedy(state: NodeState) -> Optional[str]:

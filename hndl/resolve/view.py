@@ -7,7 +7,7 @@ left unbound (``s.bound(port)`` says which; ``s.shape`` of such a port is None).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from ..contracts import batch_multiple
 from ..errors import HNDLError
@@ -256,9 +256,28 @@ class NodeView:
             remedies=("Change the literal widths or factors so both ports hold the same element count.",),
         )
 
-    def error(self, code: str, message: str) -> None:
-        """Fail with a stable code at this node's location."""
-        raise HNDLError(code, message, **self._state.node.where())
+    def error(self, code: str, message: str, *, remedies: Iterable[str] = (),
+              because: Iterable[tuple[str, int]] = ()) -> None:
+        """Fail with a stable code at this node's location.
+
+        ``remedies`` name the fix (what to change, to which value); without them the code's
+        default remedy stands. ``because`` lists ``(port, axis)`` extents whose derivations
+        become the error's chain, so the message can state an equation and the chain say
+        where its known numbers came from.
+        """
+        raise HNDLError(code, message, chain=self.derivation(*because), remedies=remedies,
+                        **self._state.node.where())
+
+    def derivation(self, *axes: tuple[str, int]) -> tuple[str, ...]:
+        """The facts that gave each ``(port, axis)`` extent its value, in order, each once: the
+        fact that fixed it and the equations carrying it here, not the premises of that fact."""
+        steps: list[str] = []
+        for port, index in axes:
+            tensor = self._tensor(port, absent=True)
+            if tensor is None or tensor.dims is None or not -tensor.rank <= index < tensor.rank:
+                continue
+            steps.extend(tensor.facts.explain(tensor.dims[index], premises=False))
+        return tuple(dict.fromkeys(steps))
 
     # -- helpers -------------------------------------------------------------------------
     def _tensor(self, port: str, absent: bool = False) -> Optional[TensorFacts]:

@@ -21,6 +21,8 @@ from .channel_layer_norm import ChannelLayerNorm
 from .channel_shuffle import ChannelShuffle
 from .conv import Conv
 from .conv1d import Conv1d
+from .conv1d_v1 import Conv1dV1
+from .conv_v1 import ConvV1
 from .crop import Crop
 from .deconv import Deconv
 from .depthwise_separable_conv import DepthwiseSeparableConv
@@ -53,6 +55,7 @@ OPERATORS = (
     MaxPoolV1, AvgPoolV1, MaxPool1dV1, AvgPool1dV1, ChannelShuffle,
     WindowPartition, WindowMerge, WindowAttention, PatchMerging, SwinBlock,
     InvertedResidualV1, ResidualBlockV1, BottleneckV1, DepthwiseSeparableConvV1,
+    ConvV1, Conv1dV1,
 )
 
 

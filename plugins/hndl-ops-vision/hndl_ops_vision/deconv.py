@@ -36,6 +36,7 @@ def _validate(args) -> None:
     validate=_validate,
     shape_text="O = (I - 1)s - 2p + d(k - 1) + output_padding + 1 per spatial axis, exact both ways.",
     args=convolution_args(
+        transposed=True,
         output_padding=Arg("pair", 0, min=0, max=MAX_EXTENT, positional=False,
                            help="Extra size added to one side of the output."),
     ),

@@ -1,4 +1,4 @@
-"""conv2d@1 (alias conv): the §6 equation per axis, the down2 policy, interval inversion,
+"""conv2d@2 (alias conv): the §6 equation per axis, the down2 policy, interval inversion,
 channel inference, numerics against a handwritten nn.Conv2d, and every error code."""
 
 import pytest
@@ -25,7 +25,7 @@ def _equation(extent, k, s, p, d):
 
 def test_declaration():
     spec = spec_of(Conv)
-    assert spec.alias == "conv" and spec.qualified == "conv2d@1"
+    assert spec.alias == "conv" and spec.qualified == "conv2d@2"
     assert spec.positional_args == ("out_channels",)
     assert spec.args["out_channels"].inferable and spec.args["in_channels"].inferable
     defaults = {name: spec.args[name].default for name in ("stride", "padding", "dilation", "groups", "bias")}

@@ -1,4 +1,4 @@
-"""conv1d@1: the [B, C, L] axis order, the §6 equation on the length axis, interval
+"""conv1d@2: the [B, C, L] axis order, the §6 equation on the length axis, interval
 inversion, channel inference, numerics against nn.Conv1d and F.conv1d (forward and
 backward), gradcheck/gradgradcheck in float64, and every error code."""
 
@@ -26,7 +26,7 @@ def _equation(extent, k, s, p, d):
 
 def test_declaration_documents_the_axis_order():
     spec = spec_of(Conv1d)
-    assert spec.alias == "conv1d" and spec.qualified == "conv1d@1"
+    assert spec.alias == "conv1d" and spec.qualified == "conv1d@2"
     assert spec.category == "convolution"
     assert str(spec.shape) == "x[B, C_in, L] -> out[B, C_out, L_out]"
     assert "[B, C, L]" in spec.docstring and "[B, T, D]" in spec.docstring

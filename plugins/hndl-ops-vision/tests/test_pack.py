@@ -16,7 +16,7 @@ ALIASES = ("conv", "deconv", "adaptive_norm", "conv1d", "batch_norm", "group_nor
            "depthwise_separable_conv", "inverted_residual", "bottleneck", "max_pool_v1", "avg_pool_v1", "max_pool1d_v1",
            "avg_pool1d_v1", "channel_shuffle", "window_partition", "window_merge", "window_attention", "patch_merging",
            "swin_block", "inverted_residual_v1", "residual_block_v1",
-           "bottleneck_v1", "depthwise_separable_conv_v1")
+           "bottleneck_v1", "depthwise_separable_conv_v1", "conv_v1", "conv1d_v1")
 CATEGORIES = {"convolution", "normalization", "pooling", "resampling", "block", "shape", "regularization",
               "attention"}
 
