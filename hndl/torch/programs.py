@@ -51,15 +51,37 @@ def _call_outside_graph(graph: Any, method: str, *args: Any) -> Any:
     return getattr(graph, method)(*args)
 
 
+#: Why dynamo does not trace ``outside_graph``: the reason ``fullgraph=True`` reports.
+OUTSIDE_GRAPH_REASON = (
+    "HNDL: a contract or registered-state check failed while tracing; its HNDLError is raised "
+    "outside the graph (compile without fullgraph=True, or call the model eagerly, to read it)"
+)
+
+
+def _lazily_disabled(function: Callable, reason: str) -> Callable:
+    """``torch.compiler.disable(function, reason=reason)`` without importing ``torch._dynamo`` now.
+
+    ``torch.compiler.disable`` imports ``torch._dynamo`` (with sympy, triton and
+    torch.distributed: about 1.2 s of CPU, twice ``import torch``'s own cost beyond Python)
+    to build its wrapper, so importing this module made every ``hndl`` command and every
+    ``import hndl.torch`` pay for a compiler it never ran. torch's own lazy form,
+    ``torch._disable_dynamo``, imports dynamo on the first call instead; its wrapper lives in
+    a torch file, which dynamo never converts as a frame. It takes no reason, so the wrapper
+    carries the attributes ``torch.compiler.disable`` sets, which is where dynamo reads them
+    while tracing: a call of it is skipped (a graph break, or under ``fullgraph=True`` an
+    error quoting ``reason``), exactly as for the eager wrapper.
+    """
+    wrapper = torch._disable_dynamo(function)
+    wrapper._torchdynamo_disable = True
+    wrapper._torchdynamo_disable_msg = reason
+    wrapper._torchdynamo_disable_recursive = True
+    wrapper._torchdynamo_orig_callable = function
+    return wrapper
+
+
 #: ``outside_graph(graph, method, *args)``: a failure path's call that dynamo never traces, so
 #: its HNDLError is raised eagerly (and ``fullgraph=True`` reports a reason naming HNDL).
-outside_graph = torch.compiler.disable(
-    _call_outside_graph,
-    reason=(
-        "HNDL: a contract or registered-state check failed while tracing; its HNDLError is raised "
-        "outside the graph (compile without fullgraph=True, or call the model eagerly, to read it)"
-    ),
-)
+outside_graph = _lazily_disabled(_call_outside_graph, OUTSIDE_GRAPH_REASON)
 
 
 def autocast_key() -> tuple:
