@@ -270,3 +270,111 @@ def test_runtime_spatial_mismatch_is_a_runtime_error():
     with pytest.raises(HNDLError) as error:
         model(torch.randn(2, 2, 9, 9))
     assert error.value.code == "E_RUNTIME"
+
+
+# -- conv@2: torch's padding strings (issue 30 item 2) ---------------------------------------------
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
+@pytest.mark.parametrize("k, d, size", [(3, 1, (9, 7)), (4, 1, (8, 8)), ((3, 5), (2, 1), (12, 10)), (1, 1, (5, 6))])
+def test_same_padding_keeps_h_and_w_and_computes_what_torch_computes(k, d, size):
+    source = f'conv(5, kernel_size={k}, dilation={d}, padding="same")'
+    model = network(source, input_shape=("B", 3, *size), output_shape=("B", 5, *size), device="cpu")
+    node = model.plan.nodes[0]
+    assert node.args["padding"] == "same" and node.output_shapes["out"] == ("B", 5, *size)
+    layer = model.nodes.n_n0
+    twin = nn.Conv2d(3, 5, k, dilation=d, padding="same")
+    twin.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 3, *size, requires_grad=True)
+    x_twin = x.detach().clone().requires_grad_()
+    out, expected = model(x), twin(x_twin)
+    torch.testing.assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(x.grad, x_twin.grad)
+    torch.testing.assert_close(layer.weight.grad, twin.weight.grad)
+    torch.testing.assert_close(spec_of(Conv).reference(layer)(x), expected)
+
+
+def test_same_padding_infers_the_input_extent_backward():
+    plan = hndl.resolve('linear()\nreshape(3)\nconv(4, kernel_size=3, padding="same")', input_shape=("B", 2),
+                        output_shape=("B", 4, 6, 5))
+    assert plan.nodes[1].output_shapes["out"] == ("B", 3, 6, 5)
+
+
+def test_same_padding_gradcheck_and_gradgradcheck_in_float64():
+    torch.manual_seed(0)
+    layer = network('conv(2, kernel_size=(2, 3), padding="same")', input_shape=("B", 2, 4, 5),
+                    output_shape=("B", 2, 4, 5), device="cpu").nodes.n_n0.double()
+    x = torch.randn(2, 2, 4, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(layer, (x,))
+    assert torch.autograd.gradgradcheck(layer, (x,), fast_mode=True)
+
+
+def test_valid_padding_records_what_padding_zero_records():
+    valid = hndl.resolve('conv(4, kernel_size=3, padding="valid")', input_shape=("B", 2, 8, 8),
+                         output_shape=("B", 4, 6, 6))
+    zero = hndl.resolve("conv(4, kernel_size=3, padding=0)", input_shape=("B", 2, 8, 8), output_shape=("B", 4, 6, 6))
+    assert valid.nodes[0].args["padding"] == (0, 0) and valid.nodes[0].args == zero.nodes[0].args
+
+
+def test_same_padding_with_a_stride_is_an_argument_error_naming_the_number():
+    error = _fails('conv(4, kernel_size=3, stride=2, padding="same")', ("B", 2, 8, 8), ("B", 4, 4, 4))
+    assert error.code == "E_ARGUMENT" and error.location.field == "padding"
+    assert "stride 1" in error.message and "torch refuses it too" in error.message
+    assert error.remedies[0].startswith("Give the padding as a number: padding=1 ")
+    assert hndl.resolve("conv(4, kernel_size=3, stride=2, padding=1)", input_shape=("B", 2, 8, 8),
+                        output_shape=("B", 4, 4, 4))
+
+
+def test_an_unknown_padding_string_is_an_argument_error():
+    error = _fails('conv(4, kernel_size=3, padding="full")', ("B", 2, 8, 8), ("B", 4, 8, 8))
+    assert error.code == "E_ARGUMENT" and "'same', 'valid'" in error.message
+    assert '"same" (stride 1) or "valid"' in error.remedies[0]
+
+
+def test_a_padding_that_contradicts_same_extents_is_a_constraint_error():
+    assert _fails('conv(4, kernel_size=3, padding="same")', ("B", 2, 8, 8), ("B", 4, 6, 6)).code == "E_CONSTRAINT"
+
+
+# -- the conv equation's remedy names the padding or stride (issue 30 item 2) ---------------------
+def test_an_unpadded_conv_that_misses_the_contract_names_the_padding_that_keeps_it():
+    error = _fails("conv(16, kernel_size=3)", ("B", 3, 32, 32), ("B", 16, 32, 32))
+    assert error.code == "E_CONSTRAINT"
+    assert error.message == ("conv: H_out = floor((32 + 2*0 - 1*(3 - 1) - 1) / 1 + 1) = 30 from input extent 32 "
+                             "(kernel_size 3, stride 1, padding 0, dilation 1), but out[2] must be 32")
+    assert error.remedies == ('Give padding=1: H_out = floor((32 + 2*1 - 1*(3 - 1) - 1) / 1 + 1) = 32 '
+                              '(padding="same" keeps every extent of a stride-1 convolution).',)
+    assert error.chain == ("input contract 'x' axis 2 is 32", "output contract 'output' axis 2 is 32")
+
+
+def test_a_downsampling_contract_gets_the_stride_and_padding_that_give_it():
+    error = _fails("conv(16, kernel_size=3)", ("B", 3, 32, 32), ("B", 16, 16, 16))
+    assert error.remedies == ("Give stride=2, padding=1: H_out = floor((32 + 2*1 - 1*(3 - 1) - 1) / 2 + 1) = 16.",)
+
+
+def test_a_stride_that_overshoots_gets_stride_one():
+    error = _fails("conv(16, kernel_size=3, stride=2)", ("B", 3, 32, 32), ("B", 16, 32, 32))
+    assert error.remedies == ("Give stride=1, padding=1: H_out = floor((32 + 2*1 - 1*(3 - 1) - 1) / 1 + 1) = 32.",)
+
+
+def test_axes_that_need_different_paddings_get_a_pair():
+    error = _fails("conv(16, kernel_size=3)", ("B", 3, 32, 32), ("B", 16, 32, 30))
+    assert error.remedies[0].startswith("Give padding=(1, 0): ")
+
+
+def test_the_padding_remedy_is_what_resolves():
+    """Every padding or stride a remedy names resolves when written in."""
+    for size, target in (((32, 32), (32, 32)), ((32, 32), (16, 16)), ((11, 9), (11, 9)), ((20, 20), (7, 7))):
+        error = _fails("conv(4, kernel_size=3)", ("B", 2, *size), ("B", 4, *target))
+        fix = error.remedies[0].split(":")[0].removeprefix("Give ")
+        assert hndl.resolve(f"conv(4, kernel_size=3, {fix})", input_shape=("B", 2, *size),
+                            output_shape=("B", 4, *target))
+
+
+# -- torch's positional order (issue 30 item 1's audit) -----------------------------------------------
+def test_torch_positional_order_is_refused_not_read_another_way():
+    """torch's Conv2d(3, 16, 3) is conv(16, kernel_size=3); conv(3, 16, 3) must not mean something else."""
+    error = _fails("conv(3, 16, 3)", ("B", 3, 32, 32), ("B", 16, 30, 30))
+    assert error.code == "E_ARGUMENT" and "positional" in error.message
+    assert any("kernel_size=" in remedy for remedy in error.remedies)
+    assert hndl.resolve("conv(16, kernel_size=3)", input_shape=("B", 3, 32, 32), output_shape=("B", 16, 30, 30))
+    assert "conv(16, kernel_size=3)" in spec_of(Conv).docstring

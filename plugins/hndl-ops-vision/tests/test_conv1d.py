@@ -171,3 +171,66 @@ def test_runtime_length_mismatch_is_a_runtime_error():
     with pytest.raises(HNDLError) as error:
         model(torch.randn(2, 2, 9))
     assert error.value.code == "E_RUNTIME"
+
+
+# -- conv1d@2: torch's padding strings and remedies that name the fix (issue 30 item 2) ---------------
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
+@pytest.mark.parametrize("k, d", [(3, 1), (4, 1), (3, 3), (2, 2)])
+def test_same_padding_keeps_the_length_and_computes_what_torch_computes(k, d):
+    source = f'conv1d(6, kernel_size={k}, dilation={d}, padding="same")'
+    model = network(source, input_shape=("B", 3, 11), output_shape=("B", 6, 11), device="cpu")
+    assert model.plan.nodes[0].args["padding"] == "same"
+    layer = model.nodes.n_n0
+    twin = nn.Conv1d(3, 6, k, dilation=d, padding="same")
+    twin.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 3, 11, requires_grad=True)
+    x_twin = x.detach().clone().requires_grad_()
+    out, expected = model(x), twin(x_twin)
+    torch.testing.assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(x.grad, x_twin.grad)
+    torch.testing.assert_close(spec_of(Conv1d).reference(layer)(x), expected)
+
+
+def test_same_padding_infers_the_length_backward_and_passes_gradcheck():
+    plan = hndl.resolve('linear()\nreshape(3)\nconv1d(4, kernel_size=3, padding="same")', input_shape=("B", 2),
+                        output_shape=("B", 4, 9))
+    assert plan.nodes[1].output_shapes["out"] == ("B", 3, 9)
+    torch.manual_seed(0)
+    layer = network('conv1d(2, kernel_size=3, padding="same")', input_shape=("B", 2, 5), output_shape=("B", 2, 5),
+                    device="cpu").nodes.n_n0.double()
+    x = torch.randn(2, 2, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(layer, (x,))
+    assert torch.autograd.gradgradcheck(layer, (x,), fast_mode=True)
+
+
+def test_same_padding_with_a_stride_is_an_argument_error():
+    error = _fails('conv1d(4, kernel_size=5, stride=2, padding="same")', ("B", 2, 10), ("B", 4, 5))
+    assert error.code == "E_ARGUMENT" and error.location.field == "padding"
+    assert error.remedies[0].startswith("Give the padding as a number: padding=2 ")
+    assert _fails('conv1d(4, kernel_size=3, padding="half")', ("B", 2, 10), ("B", 4, 10)).code == "E_ARGUMENT"
+
+
+def test_valid_padding_is_no_padding():
+    plan = hndl.resolve('conv1d(4, kernel_size=3, padding="valid")', input_shape=("B", 2, 10),
+                        output_shape=("B", 4, 8))
+    assert plan.nodes[0].args["padding"] == 0
+
+
+def test_two_unpadded_convolutions_name_same_padding_and_the_equation():
+    error = _fails("conv1d(16, kernel_size=3)\nconv1d(kernel_size=3)", ("B", 3, 32), ("B", 16, 32))
+    assert error.code == "E_CONSTRAINT" and error.location.node == "n1"
+    assert error.message == ("conv1d: L_out = floor((30 + 2*0 - 1*(3 - 1) - 1) / 1 + 1) = 28 from input extent 30 "
+                             "(kernel_size 3, stride 1, padding 0, dilation 1), but out[2] must be 32")
+    assert 'padding="same"' in error.remedies[0] and "already 30, not 32" in error.remedies[0]
+    assert error.remedies[1] == "Give padding=2: L_out = floor((30 + 2*2 - 1*(3 - 1) - 1) / 1 + 1) = 32."
+    assert error.chain == ("node n0 (conv1d) relation: out[2] = 30", "output contract 'output' axis 2 is 32")
+    fixed = 'conv1d(16, kernel_size=3, padding="same")\nconv1d(kernel_size=3, padding="same")'
+    assert hndl.resolve(fixed, input_shape=("B", 3, 32), output_shape=("B", 16, 32))
+
+
+def test_torch_positional_order_is_refused():
+    """torch's Conv1d(4, 16, 3) is conv1d(16, kernel_size=3); conv1d(4, 16, 3) never means another thing."""
+    error = _fails("conv1d(4, 16, 3)", ("B", 4, 10), ("B", 16, 8))
+    assert error.code == "E_ARGUMENT" and any("kernel_size=" in remedy for remedy in error.remedies)
