@@ -142,6 +142,18 @@ def test_unsealed_keeps_a_multi_input_multi_output_calling_convention():
     assert error.value.code == "E_BINDING"
 
 
+def test_unsealed_of_a_graph_module_keeps_its_keyword_inputs_and_dictionary_output():
+    graph = hndl.torch.build(mlp().plan, device="cpu", initialization_seed=0)
+    plain = unsealed(graph)
+    x = torch.randn(2, 128)
+    got, expected = plain(x=x), graph(x=x)
+    assert list(got) == list(expected) == ["output"]
+    torch.testing.assert_close(got["output"], expected["output"])
+    with pytest.raises(HNDLError) as error:
+        plain(x)
+    assert error.value.code == "E_BINDING" and "x=..." in error.value.message
+
+
 def test_unsealed_edits_are_free_and_never_reach_the_network():
     model = classifier().eval()
     x = images()
