@@ -90,7 +90,7 @@ def main() -> None:
         print(f"  saved {plan_file.name} ({plan_file.stat().st_size} bytes) and {weights_file.name}")
         rebuilt = restore(plan_file, torch.load(weights_file), device="cpu").eval()
     with torch.no_grad():
-        same = torch.equal(rebuilt(x=x)["output"], model(x))
+        same = torch.equal(rebuilt(x), model(x))  # called like the model that was saved
     print(f"  semantic digest: {rebuilt.plan.semantic_digest}")
     print(f"  restored model gives the same outputs: {same}")
 
