@@ -144,3 +144,92 @@ def test_a_floating_torch_input_dtype_must_still_equal_the_compute_dtype(basic):
                                          registry=basic))
     assert error.code == "E_SCHEMA"
     assert error.message == "floating input_dtype 'float16' of 'x' must equal the compute dtype 'float32'"
+
+
+# -- issue 30: E_CONSTRAINT remedies that name the fix ------------------------------------------------
+GENERIC = "Change a literal or a contract so the declared relations agree."
+
+
+@pytest.fixture(scope="module")
+def images() -> Registry:
+    return Registry.from_packs("basic", "vision")
+
+
+def test_two_unpadded_convs_say_why_the_extent_is_28_and_which_padding_keeps_32(images):
+    """Item 2: the equation with its numbers, then padding="same" on every conv, then the padding here."""
+    source = "conv(16, kernel_size=3)\nrelu()\nconv(kernel_size=3)"
+    error = failure(lambda: hndl.resolve(source, input_shape=("B", 3, 32, 32), output_shape=("B", 16, 32, 32),
+                                         registry=images))
+    assert error.code == "E_CONSTRAINT" and error.location.node == "n2"
+    assert error.message == ("conv: H_out = floor((30 + 2*0 - 1*(3 - 1) - 1) / 1 + 1) = 28 from input extent 30 "
+                             "(kernel_size 3, stride 1, padding 0, dilation 1), but out[2] must be 32")
+    assert error.remedies == (
+        'The input extent is already 30, not 32: an operator before conv changed it (see the chain). To keep 32 '
+        'throughout, give every stride-1 convolution padding="same" (padding=dilation * (kernel_size - 1) // 2 for '
+        'an odd kernel).',
+        "Give padding=2: H_out = floor((30 + 2*2 - 1*(3 - 1) - 1) / 1 + 1) = 32.")
+    assert error.chain[0] == "node n0 (conv) relation: out[2] = 30"
+    assert GENERIC not in error.remedies
+    for fixed in (source.replace("kernel_size=3)", 'kernel_size=3, padding="same")'),
+                  source.replace("kernel_size=3)", "kernel_size=3, padding=1)")):
+        plan = hndl.resolve(fixed, input_shape=("B", 3, 32, 32), output_shape=("B", 16, 32, 32), registry=images)
+        assert plan.nodes[2].output_shapes["out"] == ("B", 16, 32, 32)
+
+
+def test_padding_same_on_a_strided_conv_is_refused_as_torch_refuses_it(images):
+    error = failure(lambda: hndl.resolve('conv(8, kernel_size=3, stride=2, padding="same")',
+                                         input_shape=("B", 3, 32, 32), output_shape=("B", 8, 16, 16),
+                                         registry=images))
+    assert error.code == "E_ARGUMENT" and "padding=1" in error.remedies[0]
+
+
+@pytest.mark.parametrize("source, node, line", [("linear(100)", "n0", 1), ("linear(100)\nrelu()\nlinear(100)", "n2", 3)])
+def test_a_literal_width_that_conflicts_with_the_contract_is_named_and_omitting_it_suggested(basic, source, node,
+                                                                                                line):
+    """Item 3: the literal's node, argument and value, and the width the graph requires instead."""
+    error = failure(lambda: hndl.resolve(source, input_shape=("B", 64), output_shape=("B", 10), registry=basic))
+    assert error.code == "E_CONSTRAINT" and error.location.node == node
+    assert error.remedies == (f"Omit out_features=100 at node {node} (linear, line {line}): the rest of the graph "
+                              "requires out_features 10 there, and an omitted out_features is inferred from what "
+                              "consumes the result.",)
+
+
+def test_two_literals_that_meet_are_both_named(basic):
+    source = "a = linear(x, 100)\nb = linear(y, 10)\nadd(a, b)"
+    error = failure(lambda: hndl.resolve(source, input_shape={"x": ("B", 64), "y": ("B", 64)},
+                                         output_shape=("B", 10), registry=basic))
+    assert [remedy.split(":")[0] for remedy in error.remedies] == [
+        "Omit out_features=100 at node n0 (linear, line 1), or change it",
+        "Omit out_features=10 at node n1 (linear, line 2), or change it"]
+
+
+def test_a_literal_that_is_only_a_premise_is_not_named(images):
+    """out_channels=16 is read by the conv's relation but is no fix for its spatial miss."""
+    error = failure(lambda: hndl.resolve("conv(16, kernel_size=3, stride=2)", input_shape=("B", 3, 32, 32),
+                                         output_shape=("B", 16, 32, 32), registry=images))
+    assert not any("out_channels" in remedy for remedy in error.remedies)
+
+
+@pytest.mark.parametrize("source, first", [
+    ("layer_norm()", "To act on the channels of [B, C, H, W] at every position, write channel_layer_norm() instead "
+                     "of layer_norm: it normalizes the C channels at each position of [B, C, H, W], like ConvNeXt's "
+                     "LayerNorm2d."),
+    ("linear()", "To act on the channels of [B, C, H, W] at every position, write conv(kernel_size=1) instead of "
+                 "linear: it applies one learned C_in -> C_out map at each position of [B, C, H, W] (a 1x1 "
+                 "convolution)."),
+])
+def test_a_last_axis_operator_on_an_image_names_the_channel_operator(images, source, first):
+    """Item 5: layer_norm() and linear on [B, C, H, W] name channel_layer_norm and the 1x1 conv."""
+    error = failure(lambda: hndl.resolve(source, input_shape=("B", 8, 4, 4), output_shape=("B", 8, 4, 4),
+                                         registry=images))
+    assert error.code == "E_CONSTRAINT"
+    alias = source.split("(")[0]
+    assert error.remedies == (first, f"To act on all C*H*W features of each example, insert flatten() before {alias}.")
+    replacement = first.split("write ")[1].split(" instead")[0]
+    assert hndl.resolve(replacement, input_shape=("B", 8, 4, 4), output_shape=("B", 8, 4, 4), registry=images)
+
+
+def test_a_registry_without_the_channel_operator_does_not_name_it(basic):
+    error = failure(lambda: hndl.resolve("layer_norm()", input_shape=("B", 8, 4, 4), output_shape=("B", 8, 4, 4),
+                                         registry=basic))
+    assert error.remedies == ("To act on all C*H*W features of each example, insert flatten() before layer_norm.",)

@@ -91,3 +91,28 @@ def test_an_interval_holding_the_known_extent_adds_nothing_and_one_collapsing_fi
 def test_naming_an_undeclared_port_or_a_missing_axis_is_a_declaration_bug(relation, message):
     error = fails(relation)
     assert (error.code, error.message) == ("E_REGISTRY", message)
+
+
+def test_error_carries_the_remedies_and_the_derivations_of_the_named_axes():
+    """s.error(code, message, remedies=..., because=...) (issue 30): a relation names the fix, and the
+    chain says where the numbers in its message came from (each fact once, not its premises)."""
+    def refuse(s):
+        if s.shape("x")[1] is not None and s.shape("out")[1] is not None:
+            s.error("E_CONSTRAINT", "probe: 4 is not 3", remedies=("Give probe width=3.",),
+                    because=(("x", 1), ("out", 1), ("x", 1)))
+
+    error = fails(refuse, source="linear(4)\nprobe()", input_shape=("B", 2))
+    assert error.code == "E_CONSTRAINT" and error.location.node == "n1" and error.location.line == 2
+    assert error.remedies == ("Give probe width=3.",)
+    assert error.chain == ("node n0 (linear) out_features=4 (explicit)",
+                           "node n0 (linear) out: axis 1 is D_out in out[B, ..., D_out]",
+                           "output contract 'output' axis 1 is 3")
+
+
+def test_error_without_remedies_keeps_the_codes_default():
+    def refuse(s):
+        s.error("E_CONSTRAINT", "probe refuses")
+
+    error = fails(refuse)
+    assert error.remedies == ("Change a literal or a contract so the declared relations agree.",)
+    assert error.chain == ()

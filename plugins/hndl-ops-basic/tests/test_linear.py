@@ -76,3 +76,39 @@ def test_integer_input_is_a_dtype_error():
     with pytest.raises(HNDLError) as error:
         hndl.resolve("linear()", input_shape=("B", 3), output_shape=("B", 4), input_dtype="int64")
     assert error.value.code == "E_DTYPE"
+
+
+# -- issue 30: remedies that name the fix, and torch's positional order ------------------------------
+def test_a_literal_width_before_the_output_names_the_literal_and_says_omit_it():
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve("linear(100)\nrelu()\nlinear(100)", input_shape=("B", 64), output_shape=("B", 10))
+    assert error.value.code == "E_CONSTRAINT" and error.value.location.node == "n2"
+    assert error.value.remedies == (
+        "Omit out_features=100 at node n2 (linear, line 3): the rest of the graph requires out_features 10 there, "
+        "and an omitted out_features is inferred from what consumes the result.",)
+    plan = hndl.resolve("linear(100)\nrelu()\nlinear()", input_shape=("B", 64), output_shape=("B", 10))
+    assert plan.nodes[2].args["out_features"] == 10
+
+
+def test_an_image_names_the_one_by_one_conv_and_flatten():
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve("linear(16)", input_shape=("B", 8, 4, 4), output_shape=("B", 16, 4, 4))
+    assert error.value.code == "E_CONSTRAINT"
+    assert error.value.remedies == (
+        "To act on the channels of [B, C, H, W] at every position, write conv(16, kernel_size=1) instead of linear: "
+        "it applies one learned C_in -> C_out map at each position of [B, C, H, W] (a 1x1 convolution).",
+        "To act on all C*H*W features of each example, insert flatten() before linear.")
+    assert hndl.resolve("conv(16, kernel_size=1)", input_shape=("B", 8, 4, 4), output_shape=("B", 16, 4, 4))
+
+
+def test_torch_positional_order_is_refused_not_read_another_way():
+    """torch's Linear(128, 64) is linear(64) here (in_features is inferred); linear(128, 64) is refused."""
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve("linear(128, 64)", input_shape=("B", 128), output_shape=("B", 64))
+    assert error.value.code == "E_ARGUMENT" and "positional" in error.value.message
+    assert "in_features" in " ".join(error.value.remedies)
+    assert hndl.resolve("linear(64)", input_shape=("B", 128), output_shape=("B", 64))
+    assert hndl.resolve("linear(64, in_features=128)", input_shape=("B", 128), output_shape=("B", 64))
+    with pytest.raises(HNDLError) as checked:  # torch's in_features, given by keyword, is checked
+        hndl.resolve("linear(64, in_features=100)", input_shape=("B", 128), output_shape=("B", 64))
+    assert checked.value.code == "E_CONSTRAINT"

@@ -276,3 +276,15 @@ def test_integer_input_is_a_dtype_error():
     with pytest.raises(HNDLError) as error:
         hndl.resolve("deconv(3, kernel_size=1)", input_shape=("B", 2, 4, 4), output_shape=("B", 3, 4, 4), input_dtype="int64")
     assert error.value.code == "E_DTYPE"
+
+
+# -- issue 30: deconv takes no padding strings (torch's ConvTranspose2d has none) -------------------
+@pytest.mark.parametrize("padding", ['"same"', '"valid"', '"full"'])
+def test_a_padding_string_is_an_argument_error_with_the_reason(padding):
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve(f"deconv(kernel_size=3, padding={padding})", input_shape=("B", 4, 5, 5),
+                     output_shape=("B", 2, 5, 5))
+    assert error.value.code == "E_ARGUMENT" and error.value.location.field == "padding"
+    assert "torch's ConvTranspose2d has no padding strings" in error.value.message
+    assert "kernel_size=4, stride=2, padding=1" in error.value.remedies[0]
+    assert hndl.resolve("deconv(kernel_size=3, padding=1)", input_shape=("B", 4, 5, 5), output_shape=("B", 2, 5, 5))
