@@ -10,12 +10,18 @@ an MLP, a conv net with batch norm and a tiny pre-norm attention layer (``attent
 written as plain torch modules holding a copy of the weights: what the tool produces for the
 network must equal what it produces for the twin. docs/backend.md's "Works with" table names
 these tests.
+
+No warning may come from HNDL's code under a tool. The classic exporter traces with
+``torch.jit.trace``, where sizes are traced tensors: ``apply_rotary`` compared two of them and
+warned that the trace "might not generalize" (it now records its general form while tracing);
+``test_onnx_export_with_a_dynamic_batch_runs_in_onnxruntime_like_the_handwritten_twin[attention-classic]``
+is the regression test.
 """
 
 from __future__ import annotations
 
 import math
-import re
+import os
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -150,15 +156,16 @@ def dataset(name: str, samples: int = 24) -> torch.utils.data.TensorDataset:
     x = inputs(name, samples, seed=1)
     with torch.no_grad():
         out_shape = build(name)(x[:1]).shape[1:]
-    return torch.utils.data.TensorDataset(x, torch.randn(samples, *out_shape, generator=torch.Generator().manual_seed(2)))
+    targets = torch.randn(samples, *out_shape, generator=torch.Generator().manual_seed(2))
+    return torch.utils.data.TensorDataset(x, targets)
 
 
 def assert_states_close(ours: nn.Module, theirs: nn.Module, **tolerance) -> None:
     mine, other = ours.state_dict(), theirs.state_dict()
     assert len(mine) == len(other)
     for (key, value), (their_key, expected) in zip(mine.items(), other.items()):
-        torch.testing.assert_close(value, expected, msg=lambda text, key=key, other=their_key: f"{key} vs {other}: {text}",
-                                   **tolerance)
+        torch.testing.assert_close(value, expected, **tolerance,
+                                   msg=lambda text, key=key, other=their_key: f"{key} vs {other}: {text}")
 
 
 def hndl_warnings(caught) -> list[str]:
@@ -198,20 +205,33 @@ class Regression(lightning.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
 
 
+@pytest.fixture
+def lightning_environment():
+    """A Trainer sets environment variables for the process (PYTORCH_NVML_BASED_CUDA_CHECK, ...): undo them."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def _fit(module: lightning.LightningModule, name: str, root: Path) -> lightning.Trainer:
+    """Three SGD steps on CPU; the one checkpoint lands under ``root`` (no logger, no progress bar)."""
     trainer = lightning.Trainer(max_steps=3, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                                enable_model_summary=False, default_root_dir=root, deterministic=True)
+                                enable_model_summary=False, default_root_dir=root)
     loader = torch.utils.data.DataLoader(dataset(name), batch_size=8)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module="lightning")
         warnings.filterwarnings("ignore", message=".*(LeafSpec|num_workers|weights_only).*")
         trainer.fit(module, loader)
+    assert trainer.global_step == 3
+    checkpoint = Path(trainer.checkpoint_callback.best_model_path)
+    assert checkpoint.is_file() and checkpoint.is_relative_to(root)
     return trainer
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_lightning_fit_and_load_from_checkpoint_match_the_handwritten_twin(name, tmp_path):
-    model, twin = pair(name)
+def test_lightning_fit_and_load_from_checkpoint_match_the_handwritten_twin(name, tmp_path, lightning_environment):
+    model, _ = pair(name)
     ours = Regression(plan=model.plan.to_json())
     copy_state(model, ours.model)
     theirs = Regression(twin=name)
@@ -220,22 +240,23 @@ def test_lightning_fit_and_load_from_checkpoint_match_the_handwritten_twin(name,
         warnings.simplefilter("always")
         trainer = _fit(ours, name, tmp_path / "hndl")
     assert hndl_warnings(caught) == []
-    _fit(theirs, name, tmp_path / "twin")
-    assert trainer.global_step == 3
+    their_trainer = _fit(theirs, name, tmp_path / "twin")
     moved = [key for key, value in ours.model.state_dict().items() if not torch.equal(value, model.state_dict()[key])]
     assert moved, "fit changed nothing"
     assert_states_close(ours.model, theirs.model)
 
-    checkpoint = trainer.checkpoint_callback.best_model_path
-    assert Path(checkpoint).is_file() and Path(checkpoint).is_relative_to(tmp_path)
-    loaded = Regression.load_from_checkpoint(checkpoint, map_location="cpu")
+    # load_from_checkpoint rebuilds the network from the plan in the checkpoint's hyperparameters.
+    loaded = Regression.load_from_checkpoint(trainer.checkpoint_callback.best_model_path, map_location="cpu")
+    their_loaded = Regression.load_from_checkpoint(their_trainer.checkpoint_callback.best_model_path,
+                                                   map_location="cpu")
     assert type(loaded.model) is type(ours.model)
     assert loaded.model.plan == ours.model.plan
     assert_states_close(loaded.model, ours.model, rtol=0, atol=0)
+    assert_states_close(loaded.model, their_loaded.model)
     loaded.eval()
-    twin_module = theirs.eval()
+    their_loaded.eval()
     x = inputs(name, batch=5, seed=3)
-    torch.testing.assert_close(loaded(x), twin_module(x))
+    torch.testing.assert_close(loaded(x), their_loaded(x))
 
 
 # -- accelerate -----------------------------------------------------------------------------------------
@@ -300,7 +321,8 @@ def test_accelerate_prepare_save_state_and_load_state_match_the_handwritten_twin
     assert moved, "the two steps after save_state changed nothing, so load_state was not tested"
     for stage in ours:
         for (key, value), expected in zip(ours[stage].items(), theirs[stage].values()):
-            torch.testing.assert_close(value, expected, msg=lambda text, key=key, stage=stage: f"{stage}, {key}: {text}")
+            torch.testing.assert_close(value, expected,
+                                       msg=lambda text, key=key, stage=stage: f"{stage}, {key}: {text}")
 
 
 # -- torchview --------------------------------------------------------------------------------------------
@@ -352,8 +374,7 @@ def test_torchview_draw_graph_draws_the_layers_of_the_handwritten_twin(name):
                     if isinstance(node, ModuleNode))
     assert boxes == Counter(type(module).__name__ for module in model.nodes.values())
     source = top.visual_graph.source
-    assert "input-tensor" in source and "output-tensor" in source
-    assert re.search(r"\(3, [^)]*\)", source)
+    assert "input-tensor" in source and "output-tensor" in source and str(shape) in source
 
 
 # -- ONNX -----------------------------------------------------------------------------------------------
@@ -367,6 +388,7 @@ def _export(module: nn.Module, x: torch.Tensor, path: Path, exporter: str) -> No
     else:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*legacy TorchScript-based ONNX.*")
+            warnings.filterwarnings("ignore", category=DeprecationWarning, message="The feature will be removed")
             torch.onnx.export(module, (x,), str(path), dynamo=False, input_names=["x"], output_names=["out"],
                               dynamic_axes={"x": {0: "batch"}, "out": {0: "batch"}})
 
