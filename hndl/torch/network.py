@@ -281,7 +281,7 @@ class _SealedNodes(nn.ModuleDict):
         super().__delattr__(name)
 
     def update(self, modules: Any) -> None:
-        items = modules.items() if isinstance(modules, Mapping) else modules
+        items = modules.items() if isinstance(modules, (Mapping, nn.ModuleDict)) else modules
         try:
             pairs = [(key, module) for key, module in items]
         except (TypeError, ValueError):

@@ -255,6 +255,7 @@ def test_putting_back_the_registered_module_is_not_a_structural_edit():
     model.nodes.n_n0 = layer
     model.nodes.add_module("n_n0", layer)
     model.nodes.update({"n_n0": layer, "n_n1": model["n1"]})
+    model.nodes.update(model.nodes)
     assert model["n0"] is layer and list(model.state_dict()) == ["nodes.n_n0.weight", "nodes.n_n0.bias",
                                                                   "nodes.n_n2.weight", "nodes.n_n2.bias"]
     torch.testing.assert_close(model(x), expected)
