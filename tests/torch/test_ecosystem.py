@@ -262,7 +262,7 @@ def test_a_moved_state_dict_restores_through_the_plan_after_the_same_move():
     rebuilt = hndl.torch.restore(text, device="cpu").double()
     rebuilt.load_state_dict(state)
     x = images().double()
-    torch.testing.assert_close(rebuilt(x=x)["output"], model(x))
+    torch.testing.assert_close(rebuilt(x), model(x))  # restore gives the network form: called like the model
 
 
 # -- autocast ---------------------------------------------------------------------------------------
