@@ -6,11 +6,20 @@ origin and derivation plus the canonical initialization and trainability records
 with the origin of each value on both sides, so "why did this width change?" has an answer.
 Both show a restored plan's text (policy names, derivations) with control characters escaped,
 so printing them never acts on the terminal and no value forges a line.
+
+``describe`` fits its argument lines to ``WIDTH`` (100) columns (issue 30 item 12): a derivation
+chain, which can run to thousands of characters, continues on lines indented under its first
+fact (a hanging indent), broken between facts where a whole fact fits and between words where
+one does not; an argument whose value is very long does not widen the alignment of the others.
+The machine-readable parts keep their form: the shape table, the digest line and the
+initialization and trainability records (one JSON document per line) are never wrapped, and
+``source["derivations"]`` holds every fact unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -19,6 +28,16 @@ from .plan_tables import shape_table
 from .plan_values import thaw
 
 NODE_FIELDS = ("op", "inputs", "outputs", "input_shapes", "output_shapes", "initialization", "trainability")
+
+#: The columns describe() fits an argument line into (wrapping derivations with a hanging indent).
+WIDTH = 100
+#: Arguments whose "name = value" text is longer than this are left out of the column alignment,
+#: so one long value does not push every other argument's origin off the line.
+_ALIGNED = 40
+#: The deepest hanging indent of a wrapped derivation; an argument whose "<- " sits further right
+#: continues at ``_FALLBACK_INDENT`` columns instead, leaving room to read.
+_DEEPEST_INDENT = 52
+_FALLBACK_INDENT = 6
 
 
 def _text(value: Any) -> str:
@@ -37,21 +56,112 @@ def describe(plan, registry=None) -> str:
     for node in plan.nodes:
         lines.append(escaped(f"node {node.id} ({node.op})"))
         entries = {name: escaped(f"{name} = {value!r}") for name, value in node.args.items()}
-        width = max(map(len, entries.values()), default=0)
+        width = max((len(entry) for entry in entries.values() if len(entry) <= _ALIGNED), default=0)
         derivations = node.source.get("derivations", {})
         for name, entry in entries.items():
-            line = f"  {entry.ljust(width)}  {escaped(node.provenance[name])}"
-            if name in derivations:
-                line += "  <- " + escaped("; ".join(derivations[name]))
-            lines.append(line)
+            head = f"  {entry.ljust(width)}  {escaped(node.provenance[name])}"
+            lines += _argument_lines(head, [escaped(fact) for fact in derivations.get(name, ())])
         unbound = _unbound_optional(declared, node)
         if unbound:
-            lines.append(escaped(f"  unbound optional ports: {', '.join(unbound)}"))
+            lines += _wrapped(escaped(f"  unbound optional ports: {', '.join(unbound)}"), 4)
         if node.source.get("policy"):
-            lines.append(f"  policy: {escaped(node.source['policy'])}")
+            lines += _wrapped(f"  policy: {escaped(node.source['policy'])}", 4)
         lines.append(f"  initialization: {escaped(_text(node.initialization))}")
         lines.append(f"  trainability: {escaped(_text(node.trainability))}")
     return "\n".join(lines)
+
+
+def _wrapped(text: str, indent: int) -> list[str]:
+    """``text`` in lines of at most ``WIDTH`` columns, broken at spaces (inside a word only when the
+    word alone is wider), every line after the first indented by ``indent``; the first line keeps
+    its own leading indent and the spaces inside a line are kept as they are."""
+    if len(text) <= WIDTH:
+        return [text]
+    return textwrap.wrap(text, width=WIDTH, subsequent_indent=" " * indent, break_long_words=True,
+                         break_on_hyphens=False) or [text]
+
+
+def _argument_lines(head: str, facts: list[str]) -> list[str]:
+    """One argument: ``head`` (name, value, origin) and, when it was derived, ``<-`` and its
+    facts joined by "; ", in lines of at most ``WIDTH`` columns.
+
+    Continuation lines start under the first fact (``_FALLBACK_INDENT`` columns in, when that
+    column is right of ``_DEEPEST_INDENT``). Facts are packed whole into lines; a fact that does
+    not fit where it would start is broken between words, never inside a bracket
+    (``out[B, C_out, H_out, W_out]`` stays on one line) unless a bracket alone is wider.
+    """
+    if not facts:
+        return _wrapped(head, _FALLBACK_INDENT)
+    *lines, first = _wrapped(head + "  <-", _FALLBACK_INDENT)
+    indent = len(first) + 1 if not lines and len(first) + 1 <= _DEEPEST_INDENT else _FALLBACK_INDENT
+    packed = _Lines(lines, first + " ", " " * indent)
+    for index, fact in enumerate(facts):
+        packed.add(fact + (";" if index < len(facts) - 1 else ""))
+    return packed.done()
+
+
+class _Lines:
+    """Pieces of text joined by single spaces into lines of at most ``WIDTH`` columns: ``lines``
+    are finished, ``current`` is being filled, a new line starts with ``hanging``."""
+
+    def __init__(self, lines: list[str], current: str, hanging: str) -> None:
+        self.lines, self.current, self.hanging = lines, current, hanging
+        self.empty = True  # nothing added to ``current`` yet
+
+    def add(self, piece: str) -> None:
+        """Append ``piece`` where it fits: on this line, else on a new line, split at its spaces
+        outside brackets where it is wider than a line, and a word wider than a line broken by
+        ``textwrap``."""
+        joined = self.current + piece if self.empty else f"{self.current} {piece}"
+        if len(joined) <= WIDTH:
+            self.current, self.empty = joined, False
+            return
+        words = _words(piece)
+        if not self.empty and (len(words) > 1 or len(self.hanging) + len(piece) <= WIDTH):
+            self._new_line()  # a piece that does not fit starts a line of its own
+            self.add(piece)
+            return
+        if len(words) > 1:
+            for word in words:
+                self.add(word)
+            return
+        if not self.empty or len(self.current) > WIDTH - 20:
+            self._new_line()
+            if len(self.current) + len(piece) <= WIDTH:
+                self.current, self.empty = self.current + piece, False
+                return
+        *broken, self.current = textwrap.wrap(piece, width=WIDTH, initial_indent=self.current,
+                                              subsequent_indent=self.hanging, break_long_words=True,
+                                              break_on_hyphens=False) or [self.current + piece]
+        self.lines += broken
+        self.empty = False
+
+    def _new_line(self) -> None:
+        self.lines.append(self.current.rstrip())
+        self.current, self.empty = self.hanging, True
+
+    def done(self) -> list[str]:
+        return self.lines + [self.current.rstrip()]
+
+
+_OPENING, _CLOSING = "([{", ")]}"
+
+
+def _words(text: str) -> list[str]:
+    """``text`` split at its spaces outside brackets (a shape pattern is one word)."""
+    words, depth, start = [], 0, 0
+    for position, character in enumerate(text):
+        if character in _OPENING:
+            depth += 1
+        elif character in _CLOSING:
+            depth = max(depth - 1, 0)
+        elif character == " " and depth == 0:
+            if position > start:
+                words.append(text[start:position])
+            start = position + 1
+    if start < len(text):
+        words.append(text[start:])
+    return words
 
 
 def _declarations(registry):

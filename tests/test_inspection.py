@@ -79,6 +79,23 @@ def _argument_line(block: list, name: str) -> str:
     return next(line for line in block if re.match(rf"\s+{name} = ", line))
 
 
+def _argument_lines(block: list, name: str) -> list:
+    """An argument's line and the continuation lines of its wrapped derivation (indented deeper
+    than the two columns of an argument line)."""
+    start = block.index(_argument_line(block, name))
+    lines = [block[start]]
+    for line in block[start + 1:]:
+        if not line.startswith("   "):
+            break
+        lines.append(line)
+    return lines
+
+
+def _unwrapped(lines: list) -> str:
+    """A wrapped argument read back as one line: the lines joined at the spaces wrapping removed."""
+    return " ".join(line.strip() for line in lines)
+
+
 # == describe ===========================================================================================
 def test_describe_starts_with_the_shape_table_and_names_the_semantic_digest(generator32):
     description = generator32.describe()
@@ -108,9 +125,10 @@ def test_describe_lists_every_argument_with_value_and_origin(generator32):
 
 
 def test_describe_explains_an_inferred_argument(generator32):
-    head = _argument_line(_node_block(generator32.describe(), "n0"), "out_features")
+    head = _unwrapped(_argument_lines(_node_block(generator32.describe(), "n0"), "out_features"))
     assert re.search(r"out_features = 8192\s+inferred\s+<- ", head)
     derivation = head.split("<- ", 1)[1]
+    assert derivation == "; ".join(generator32.node("n0").source["derivations"]["out_features"])
     # the width comes from the output contract through the reshape and the three doublings
     assert "output contract 'output'" in derivation
     assert "reshape" in derivation and "512" in derivation
@@ -118,6 +136,108 @@ def test_describe_explains_an_inferred_argument(generator32):
     assert list(generator32.node("n0").source["derivations"]["out_features"])[0] in derivation
     # explicit values carry no derivation
     assert "<-" not in _argument_line(_node_block(generator32.describe(), "n3"), "out_channels")
+
+
+# -- wrapping (issue 30 item 12): provenance chains of ~1,000 characters printed on one line --------------
+CONV_STACK = 'conv(8, kernel_size=3, padding=1)\nrelu()\nconv(16, policy="down2")\nrelu()\nflatten()\nlinear()'
+
+
+@pytest.fixture(scope="module")
+def conv_stack(registry):
+    return hndl.resolve(CONV_STACK, input_shape=("B", 3, 8, 8), output_shape=("B", 4), registry=registry)
+
+
+def test_describe_wraps_a_long_derivation_within_100_columns_with_a_hanging_indent(conv_stack):
+    """Before issue 30 the in_features line of this plan was one line of 1,158 characters."""
+    from hndl.inspection import WIDTH
+
+    description = conv_stack.describe()
+    assert WIDTH == 100 and max(map(len, description.splitlines())) <= WIDTH
+    facts = conv_stack.node("n5").source["derivations"]["in_features"]
+    assert len("; ".join(facts)) > 1000
+    lines = _argument_lines(_node_block(description, "n5"), "in_features")
+    assert len(lines) > 10 and re.match(r"  in_features = 256  inferred  <- \S", lines[0])
+    # every continuation line starts in the column of the first fact
+    column = lines[0].index("<- ") + 3
+    assert all(len(line) - len(line.lstrip(" ")) == column for line in lines[1:])
+    # nothing is lost or reordered: read back, the lines are the chain of facts
+    assert _unwrapped(lines).split("<- ", 1)[1] == "; ".join(facts)
+    # whole facts start lines, and a shape pattern is never split across two lines
+    assert "node n0 (conv) out_channels=8 (explicit);" in [line.strip() for line in lines]
+    assert sum(line.count("out[B, C_out, H_out, W_out]") for line in lines) == 2
+
+
+def test_describe_wraps_every_derived_argument_and_leaves_short_ones_alone(conv_stack, generator32):
+    for plan in (conv_stack, generator32):
+        description = plan.describe()
+        for node in plan.nodes:
+            block = _node_block(description, node.id)
+            for name, facts in node.source.get("derivations", {}).items():
+                lines = _argument_lines(block, name)
+                assert _unwrapped(lines).split("<- ", 1)[1] == "; ".join(facts)
+                assert all(len(line) <= 100 for line in lines)
+                if len(_unwrapped(lines)) <= 100:
+                    assert len(lines) == 1  # what fits on one line stays one line
+    n0 = _argument_lines(_node_block(conv_stack.describe(), "n0"), "in_channels")
+    assert n0 == ["  in_channels = 3       inferred  <- input contract 'x' axis 1 is 3;",
+                  "                                     node n0 (conv) x: axis 1 is C_in in x[B, C_in, H, W]"]
+
+
+def test_describe_keeps_the_machine_readable_lines_whole(init_plan):
+    """The construction records stay one JSON document per line however long (this one is
+    over 100 columns), and the shape table and the digest line are not wrapped either."""
+    description = init_plan.describe()
+    assert description.startswith(str(init_plan))
+    assert f"semantic digest: {init_plan.semantic_digest}" in description.splitlines()
+    init = next(line for line in _node_block(description, "n2") if line.startswith("  initialization: "))
+    assert len(init) > 100
+    assert json.loads(init.split(": ", 1)[1]) == json.loads(json.dumps(_plain(init_plan.node("n2").initialization)))
+
+
+def test_a_fact_without_spaces_or_a_very_long_value_still_fits_the_width():
+    """Hostile or generated text: a word wider than a line is broken inside it, a bracket wider
+    than a line at its spaces, and a value wider than a line wraps too."""
+    from hndl.inspection import WIDTH, _argument_lines as argument_lines
+
+    word, shape = "x" * 450, "[B, " + "C, " * 60 + "D]"
+    lines = argument_lines("  in_features = 256  inferred", ["short fact", word, shape, "end"])
+    assert all(len(line) <= WIDTH for line in lines)
+    assert lines[0] == "  in_features = 256  inferred  <- short fact;"
+    assert "".join(line.strip() for line in lines).replace(" ", "") == \
+        "in_features=256inferred<-shortfact;" + word + ";" + shape.replace(" ", "") + ";end"
+    head = "  sizes = " + repr(tuple(range(60))) + "  explicit"
+    assert len(head) > WIDTH
+    wrapped = argument_lines(head, ["a fact"])
+    assert all(len(line) <= WIDTH for line in wrapped) and wrapped[-1].endswith("<- a fact")
+    assert argument_lines("  bias = True  default", []) == ["  bias = True  default"]
+
+
+def _registry_with_a_long_argument():
+    registry = Registry.builtins()
+
+    @registry.operator("tagged", summary="Identity with a free-text tag, for the describe() test.", category="test",
+                       shape="x[B, ...] -> out[B, ...]",
+                       args={"tag": hndl.Arg(str, "", help="Any text; describe() shows it."),
+                             "level": hndl.Arg(int, 1, help="A number describe() shows beside it.")})
+    class Tagged(torch.nn.Identity):
+        """Passes its input through."""
+
+        def __init__(self, *, tag: str, level: int) -> None:
+            super().__init__()
+
+    return registry
+
+
+def test_a_long_value_wraps_and_does_not_widen_the_alignment_of_the_others():
+    registry = _registry_with_a_long_argument()
+    tag = "a tag of many words " * 12
+    plan = hndl.resolve(f'tagged(tag="{tag}")\nlinear()', input_shape=("B", 128), output_shape=("B", 10),
+                        registry=registry)
+    description = plan.describe()
+    assert all(len(line) <= 100 for line in description.splitlines())
+    block = _node_block(description, "n0")
+    assert _unwrapped(_argument_lines(block, "tag")) == f"tag = {tag!r}  explicit"
+    assert "  level = 1  default" in block  # not padded to the width of the tag (250 columns before issue 30)
 
 
 def test_describe_names_the_selected_policy_identity(generator32):
