@@ -179,6 +179,13 @@ def test_unsealed_edits_are_free_and_never_reach_the_network():
     assert error.value.code == "E_RUNTIME"
 
 
+def test_unsealed_of_a_meta_network_allocates_nothing_and_runs_shapes_only():
+    model = network(MLP, input_shape=("B", 128), output_shape=("B", 10), device="meta")
+    plain = unsealed(model)
+    assert all(tensor.is_meta for tensor in plain.state_dict().values())
+    assert plain(torch.empty(3, 128, device="meta")).shape == (3, 10)
+
+
 def test_unsealed_of_a_copy_has_independent_weights():
     model = classifier()
     plain = unsealed(copy.deepcopy(model))
