@@ -48,7 +48,12 @@ class Chunk(nn.Module):
     """Splits `dim` into exactly `chunks` equal sections, returned as views so first and
     second derivatives reach the input through every one. The division must be exact; an
     uneven one fails at resolution. With `dim=0` the input's batch entry must be a whole
-    multiple of `chunks` plan batches. `chunks=1` returns a one-tuple, which clears current."""
+    multiple of `chunks` plan batches. `chunks=1` returns a one-tuple, which clears current.
+
+    **Torch spelling.** `chunk(chunks, dim)` is `torch.chunk(x, chunks, dim)` with axes counted
+    on the whole shape from the front; a negative axis is refused (E_ARGUMENT) naming the axis
+    to write. Unlike torch, the default `dim` is 1, not 0: write `chunk(2, 0)` to divide the
+    batch axis (classifier-free guidance's `x.chunk(2)`)."""
 
     def __init__(self, chunks: int, dim: int = 1) -> None:
         super().__init__()

@@ -68,7 +68,11 @@ def _sum(s, parts, total, axis, *, batch) -> None:
 class Concat(nn.Module):
     """Concatenates its inputs along `axis` of the complete shape. Every other axis must
     agree exactly: nothing is resized, cast or broadcast. On axis 0 the result holds several
-    batches at once (B + B is 2*B); chunk it back before publishing an output."""
+    batches at once (B + B is 2*B); chunk it back before publishing an output.
+
+    **Torch spelling.** torch's `torch.cat([a, b], dim=1)` is `concat(a, b, axis=1)`: the
+    tensors are separate arguments (a list of tensors is refused naming that spelling) and the
+    axis is the keyword `axis=` (`dim=` and a positional axis are refused naming it)."""
 
     def __init__(self, input_count: int, axis: int = 1) -> None:
         super().__init__()

@@ -30,8 +30,10 @@ class GELU(nn.GELU):
     """Out-of-place GELU, `x * Phi(x)` where `Phi` is the standard normal CDF. With
     `approximate="tanh"` it uses the tanh formula of the original GELU paper instead of the
     exact error function; the two differ by less than about 1e-3. The choice is part of the
-    plan, never picked automatically. No parameters, no buffers, identical in train and eval
-    mode."""
+    plan, never picked automatically. The blocks with an activation choice (`feed_forward`,
+    `transformer_block`) record the same function as `activation="gelu_tanh"` and accept torch's
+    `approximate="tanh"` in a call too, so the tanh GELU is written the torch way everywhere.
+    No parameters, no buffers, identical in train and eval mode."""
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__(approximate=approximate)

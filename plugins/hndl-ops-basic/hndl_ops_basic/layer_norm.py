@@ -45,7 +45,12 @@ class LayerNorm(nn.LayerNorm):
     and `bias` (zeros) of shape `[D]`; with `False` it has no parameters. There are no running
     statistics, so train and eval mode are identical. A constant input has zero variance and
     normalizes to `bias`, with finite gradients, because `eps > 0`. Rank 4 is rejected with
-    E_CONSTRAINT rather than normalized over an implied axis."""
+    E_CONSTRAINT rather than normalized over an implied axis.
+
+    **Torch spelling.** torch's `nn.LayerNorm(64)` is `layer_norm()` here: the width is read,
+    never written. The only positional value is `eps`, so an integer there (`layer_norm(64)`,
+    a transcribed width) is refused with E_ARGUMENT naming `layer_norm()` /
+    `layer_norm(eps=...)` instead of being read as `eps=64.0`; a float (`layer_norm(1e-6)`) is eps."""
 
     def __init__(self, eps: float = 1e-5, elementwise_affine: bool = True, *, D: int) -> None:
         super().__init__(D, eps=eps, elementwise_affine=elementwise_affine)

@@ -60,7 +60,12 @@ class Reshape(nn.Module):
     """Reshapes each example to the resolved output shape, preserving the batch axis and
     the per-example element count. A prefix of three entries fixes rank 4; a shorter prefix
     takes its rank from the neighbouring operations, and exactly one unknown factor is solved
-    from the element count. An ambiguous rank or factorization fails instead of guessing."""
+    from the element count. An ambiguous rank or factorization fails instead of guessing.
+
+    **Torch spelling.** The values are the leading non-batch dimensions; the batch axis is never
+    written and `-1` never is either: the omitted factor is inferred. torch's
+    `x.reshape(B, -1, 16)` on `[B, 64]` is `reshape(4)`, and `reshape(-1, 16)` is refused with
+    E_ARGUMENT naming the spelling without the `-1`."""
 
     def __init__(self, shape: tuple = (), *, output_shapes) -> None:
         super().__init__()

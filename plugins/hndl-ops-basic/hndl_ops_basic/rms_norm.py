@@ -48,7 +48,11 @@ class RMSNorm(nn.RMSNorm):
     taken from the compute dtype, so float16 and float32 plans compute the same formula. A
     constant or all-zero input stays finite forward and backward because `eps > 0`. No
     running statistics; train and eval mode are identical. Rank 4 is rejected with
-    E_CONSTRAINT."""
+    E_CONSTRAINT.
+
+    **Torch spelling.** torch's `nn.RMSNorm(64)` is `rms_norm()` here. An integer in the
+    first position (`rms_norm(64)`, a transcribed width) is refused with E_ARGUMENT naming
+    `rms_norm()` / `rms_norm(eps=...)` instead of being read as `eps=64.0`."""
 
     def __init__(self, eps: float = 1e-6, *, D: int) -> None:
         super().__init__(D, eps=eps, elementwise_affine=True)

@@ -58,7 +58,11 @@ def _relation(s) -> None:
 class Split(nn.Module):
     """Creates exactly two views along `dim`: the first `size` elements, then all remaining
     elements. It does not repeatedly chunk at `size`. Both outputs are views of the input, so
-    gradients reach it through either; batch splitting and empty sections are rejected."""
+    gradients reach it through either; batch splitting and empty sections are rejected.
+
+    **Torch spelling.** `split(size, dim)` is `torch.split(x, [size, rest], dim)`: torch's list
+    of section sizes, a negative axis and axis 0 are refused (E_ARGUMENT) naming the HNDL
+    spelling. The default `dim` is 1 (torch's is 0, the batch, which split never divides)."""
 
     def __init__(self, size: int, dim: int = 1, *, input_shapes) -> None:
         super().__init__()

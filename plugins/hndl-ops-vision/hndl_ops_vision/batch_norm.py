@@ -47,7 +47,11 @@ class BatchNorm(nn.BatchNorm2d):
     0). The running statistics are persistent buffers (`running_mean`, `running_var`,
     `num_batches_tracked`) that belong to the state dictionary. `eps > 0` keeps a constant
     channel finite forward and backward. A training-mode call whose channels hold a single
-    value (`B * H * W == 1`) has no variance to normalize with and fails with `E_RUNTIME`."""
+    value (`B * H * W == 1`) has no variance to normalize with and fails with `E_RUNTIME`.
+
+    **Torch spelling.** torch's `nn.BatchNorm2d(64)` is `batch_norm()` (or
+    `batch_norm(num_features=64)`, which checks the width); a positional value is refused with
+    E_ARGUMENT naming that spelling."""
 
     def __init__(self, *, num_features, eps=1e-5, momentum=0.1, affine=True) -> None:
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=True)

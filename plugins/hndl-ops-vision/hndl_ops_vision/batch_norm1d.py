@@ -54,7 +54,11 @@ class BatchNorm1d(nn.BatchNorm1d):
     0). The running statistics are persistent buffers (`running_mean`, `running_var`,
     `num_batches_tracked`) that belong to the state dictionary. `eps > 0` keeps a constant
     channel finite forward and backward. A training-mode call whose channels hold a single
-    value (`B * L == 1`) has no variance to normalize with and fails with `E_RUNTIME`."""
+    value (`B * L == 1`) has no variance to normalize with and fails with `E_RUNTIME`.
+
+    **Torch spelling.** torch's `nn.BatchNorm1d(64)` is `batch_norm1d()` (or
+    `batch_norm1d(num_features=64)`, which checks the width); a positional value is refused with
+    E_ARGUMENT naming that spelling."""
 
     def __init__(self, *, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True) -> None:
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=True)

@@ -66,7 +66,12 @@ class ChannelLayerNorm(nn.LayerNorm):
     channel count. No running statistics, so train and eval mode are identical, and each
     position is independent of every other position and example. A constant position
     normalizes to `bias`, with finite gradients, because `eps > 0`. The output has the
-    input's shape and is laid out channels-last in memory."""
+    input's shape and is laid out channels-last in memory.
+
+    **Torch spelling.** timm's `LayerNorm2d(64)` is `channel_layer_norm()`: the channel count is
+    read from the input. An integer in the first position (`channel_layer_norm(64)`) is refused
+    with E_ARGUMENT naming `channel_layer_norm()` / `channel_layer_norm(eps=...)` instead of
+    being read as `eps=64.0`."""
 
     def __init__(self, eps: float = 1e-6, elementwise_affine: bool = True, *, C: int) -> None:
         super().__init__(C, eps=eps, elementwise_affine=elementwise_affine)

@@ -72,7 +72,11 @@ class GroupNorm(nn.GroupNorm):
     `num_channels`. So is a group of a single value (`num_groups = C` on a `1 x 1` spatial
     extent), as for `instance_norm`: it has no variance, torch refuses it at batch 1, and at
     any other batch it would erase the input. `eps > 0` keeps a constant group finite forward
-    and backward."""
+    and backward.
+
+    **Torch spelling.** torch's `nn.GroupNorm(32, 64)` is `group_norm(32)` (or
+    `group_norm(32, num_channels=64)`, which checks the width); a second positional value is
+    refused with E_ARGUMENT naming that spelling."""
 
     def __init__(self, *, num_groups, num_channels, eps=1e-5, affine=True) -> None:
         super().__init__(num_groups, num_channels, eps=eps, affine=affine)

@@ -58,7 +58,11 @@ class InstanceNorm(nn.InstanceNorm2d):
 
     A `1 x 1` spatial extent would normalize a single value per channel; it is rejected at
     resolution with `E_CONSTRAINT`. `eps > 0` keeps a constant channel finite forward and
-    backward."""
+    backward.
+
+    **Torch spelling.** torch's `nn.InstanceNorm2d(64)` is `instance_norm()` (or
+    `instance_norm(num_features=64)`, which checks the width); a positional value is refused
+    with E_ARGUMENT naming that spelling."""
 
     def __init__(self, *, num_features, eps=1e-5, affine=False) -> None:
         super().__init__(num_features, eps=eps, affine=affine, track_running_stats=False)

@@ -60,7 +60,11 @@ class LayerScale(nn.Module):
     state dictionaries load; torchvision's ConvNeXt stores the same values as `[C, 1, 1]`) and
     starts at `init_value` everywhere, so a residual branch starts close to zero. The channel
     count is read from the input's shape, so it is never an argument. No buffers, no
-    randomness; identical in train and eval mode; out-of-place."""
+    randomness; identical in train and eval mode; out-of-place.
+
+    **Torch spelling.** timm's `LayerScale(64)` is `layer_scale()`: the width is read from the
+    input. An integer in the first position (`layer_scale(64)`) is refused with E_ARGUMENT
+    naming `layer_scale(init_value=...)` instead of being read as a starting scale of 64.0."""
 
     def __init__(self, init_value: float = 1e-6, *, input_shapes: Mapping[str, Any]) -> None:
         super().__init__()

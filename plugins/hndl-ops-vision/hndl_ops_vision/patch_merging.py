@@ -69,7 +69,12 @@ class PatchMerging(nn.Module):
     weight and bias) and `reduction` a `4C -> 2C` linear map without bias, both applied per
     position (channels last inside). The module names `norm` and `reduction` are
     torchvision's, so its weights load as they are. Output `[B, 2C, ceil(H/2), ceil(W/2)]`.
-    No buffers; identical in train and eval mode."""
+    No buffers; identical in train and eval mode.
+
+    **Torch spelling.** torchvision's `PatchMerging(96)` is `patch_merging()`: the channel count
+    is read from the input. An integer in the first position (`patch_merging(96)`) is refused
+    with E_ARGUMENT naming `patch_merging()` / `patch_merging(eps=...)` instead of being read as
+    `eps=96.0`."""
 
     def __init__(self, eps: float = 1e-5, *, C: int) -> None:
         super().__init__()

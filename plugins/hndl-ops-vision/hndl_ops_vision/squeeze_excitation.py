@@ -102,7 +102,11 @@ class SqueezeExcitation(nn.Module):
     torchvision (`fc1`, `fc2`), so a torchvision `SqueezeExcitation` state dictionary loads
     unchanged. Parameters use PyTorch's default initialization. No running statistics, so
     train and eval mode agree; no randomness; out-of-place. Channels pass through, so `C` is
-    read from the producer or, backward, from whatever fixes the output."""
+    read from the producer or, backward, from whatever fixes the output.
+
+    **Torch spelling.** torchvision's `SqueezeExcitation(64, 8)` is
+    `squeeze_excitation(squeeze_channels=8)`; every argument is a keyword, and a positional
+    value is refused with E_ARGUMENT naming `squeeze_channels=` (or `reduction=`)."""
 
     def __init__(self, *, C: int, squeeze_channels: int, reduction: int | None = None, activation: str = "relu",
                  gate: str = "sigmoid") -> None:

@@ -55,7 +55,12 @@ class Upsample(nn.Module):
     Only `mode="nearest"` exists; the argument is recorded in the plan so the interpolation
     is explicit. HNDL never inserts resizing on its own: upsampling happens only where this
     operator is written. The gradient of each input pixel is the sum over its `s x s` block.
-    No parameters; identical in train and eval mode."""
+    No parameters; identical in train and eval mode.
+
+    **Torch spelling.** torch's `nn.Upsample(scale_factor=2)` is `upsample(2)` or
+    `upsample(scale_factor=2)`. There is no `size` argument (torch's first positional one): the
+    output size follows from the scale, and `upsample(size=...)` is refused naming
+    `upsample(scale_factor=...)`."""
 
     def __init__(self, *, scale_factor, mode="nearest") -> None:
         super().__init__()
