@@ -40,10 +40,16 @@ def example_registry(packs: Sequence[str]) -> Registry:
     return Registry.from_packs(*dict.fromkeys((*default_packs(), *packs)))
 
 
+def catalog_order(spec: OperatorSpec) -> tuple[str, str]:
+    """Where an operator sits in its pack's listings: by category, then by name (alias)."""
+    return (spec.category or "uncategorized", spec.alias)
+
+
 def catalog_pages(packs: Sequence[str]) -> dict[str, str]:
-    """``{relative path: Markdown}`` for the index and every operator of ``packs``."""
+    """``{relative path: Markdown}`` for the index and every operator of ``packs``: each pack's
+    page, then its operators' pages in ``catalog_order`` (the order the navigation lists them)."""
     registry = example_registry(packs)
-    by_pack = {pack: list(Registry.from_packs(pack)) for pack in packs}
+    by_pack = {pack: sorted(Registry.from_packs(pack), key=catalog_order) for pack in packs}
     pages = {INDEX: index_page(by_pack)}
     for pack, specs in by_pack.items():
         pages[pack_page_path(pack)] = pack_page(pack, specs)
@@ -64,7 +70,9 @@ def pack_page_path(pack: str) -> str:
 def catalog_toctrees(paths: Iterable[str]) -> dict[str, list[str]]:
     """``{document: [documents it lists]}`` for the site's navigation, catalog -> pack -> operator,
     from the page paths of :func:`catalog_pages`; documents are paths without ``.md``, relative to
-    the catalog directory (where the index and every pack page live)."""
+    the catalog directory (where the index and every pack page live). Packs and operators are
+    listed in the order of ``paths``: ``catalog_pages`` gives a pack's operators by category, then
+    name (``catalog_order``), as the pack page's tables list them."""
     trees: dict[str, list[str]] = {PurePosixPath(INDEX).stem: []}
     for path in paths:
         page = PurePosixPath(path)
@@ -105,7 +113,7 @@ def _category_tables(pack: str, specs: Sequence[OperatorSpec], heading: str, pre
     lines = []
     for category in sorted(categories):
         lines += [f"{heading} {category}", "", "| operator | identity | summary |", "| --- | --- | --- |"]
-        for spec in sorted(categories[category], key=lambda item: item.alias):
+        for spec in sorted(categories[category], key=catalog_order):
             link = prefix + PurePosixPath(page_path(pack, spec)).name
             lines.append(f"| [`{spec.alias}`]({link}) | `{spec.qualified}` | {_cell(spec.summary)} |")
         lines.append("")
@@ -239,5 +247,5 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-__all__ = ["catalog_pages", "catalog_toctrees", "diagram_alt", "default_packs", "all_packs", "operator_page", "index_page",
+__all__ = ["catalog_pages", "catalog_toctrees", "catalog_order", "diagram_alt", "default_packs", "all_packs", "operator_page", "index_page",
            "pack_page", "page_path", "pack_page_path"]

@@ -67,6 +67,24 @@ def test_the_navigation_nests_operators_under_their_pack(pages):
     assert "vision/conv" in trees["vision"] and "basic/linear" not in trees["vision"]
 
 
+def test_the_navigation_lists_each_packs_operators_by_category_then_name(pages):
+    """Issue 30 item 12: the sidebar listed operators in registration order (``linear`` first,
+    ``add`` after the activations), not the order of the pack page's category tables."""
+    trees = catalog_toctrees(pages)
+    for pack in ("basic", "vision"):
+        specs = {spec.alias: spec for spec in Registry.from_packs(pack)}
+        listed = [document.split("/", 1)[1] for document in trees[pack]]
+        assert sorted(listed) == sorted(specs)
+        keys = [(specs[alias].category or "uncategorized", alias) for alias in listed]
+        assert keys == sorted(keys)
+        # the same order as the pack page's tables, read top to bottom
+        linked = [line.split("](", 1)[1].split(")", 1)[0] for line in pages[f"{pack}.md"].splitlines()
+                  if line.startswith("| [`")]
+        assert linked == [f"{document}.md" for document in trees[pack]]
+    basic = [document.split("/", 1)[1] for document in trees["basic"]]
+    assert basic.index("gelu") < basic.index("relu") < basic.index("add") < basic.index("linear")
+
+
 def test_the_diagram_labels_edges_with_resolved_shapes():
     plan = hndl.resolve("a, b = split(2)\nout = add(a, b)", input_shape=("B", 4), output_shape=("B", 2))
     text = mermaid(plan)
