@@ -247,5 +247,5 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-__all__ = ["catalog_pages", "catalog_toctrees", "catalog_order", "diagram_alt", "default_packs", "all_packs", "operator_page", "index_page",
-           "pack_page", "page_path", "pack_page_path"]
+__all__ = ["catalog_pages", "catalog_toctrees", "catalog_order", "diagram_alt", "default_packs", "all_packs",
+           "operator_page", "index_page", "pack_page", "page_path", "pack_page_path"]
