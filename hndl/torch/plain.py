@@ -153,7 +153,11 @@ def unsealed(model: nn.Module) -> PlainNetwork:
     same state-dict keys, takes the same inputs and returns the same values, and lets peft,
     activation checkpointing, ``convert_sync_batchnorm``, ``fuse_modules`` and hand edits replace,
     wrap or remove layers. It carries no plan (``source_plan`` is a record of where it came from)
-    and checks no contracts. Unseal ``copy.deepcopy(model)`` for independent weights.
+    and checks no contracts. Unseal ``copy.deepcopy(model)`` for independent weights. Hooks
+    registered on ``model`` itself are not carried over (those on its layers are: the layers are
+    the same objects). ``forward`` takes ``*args, **kwargs``: ``torch.export`` and
+    ``torch.compile`` trace it, fx's symbolic tracer (which needs named inputs) does not; trace
+    the network itself, which fx supports, where no restructuring is needed.
     """
     from .graph_module import GraphModule  # the backend's module, imported here to keep this one light
 

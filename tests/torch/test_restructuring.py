@@ -186,6 +186,14 @@ def test_unsealed_of_a_meta_network_allocates_nothing_and_runs_shapes_only():
     assert plain(torch.empty(3, 128, device="meta")).shape == (3, 10)
 
 
+def test_unsealed_exports_with_torch_export_like_the_network():
+    model = classifier().eval()
+    plain = unsealed(model)
+    x = images()
+    exported = torch.export.export(plain, (x,)).module()
+    torch.testing.assert_close(exported(x), model(x))
+
+
 def test_unsealed_of_a_copy_has_independent_weights():
     model = classifier()
     plain = unsealed(copy.deepcopy(model))
