@@ -176,6 +176,20 @@ def test_the_sidebar_groups_operators_by_pack(site):
         assert members >= ({PACK_OPERATOR[0]} if pack == PACK_NAME else {"linear"} if pack == "basic" else {"conv"})
 
 
+def test_the_sidebar_lists_each_packs_operators_by_category_then_name(site):
+    """Issue 30 item 12: the sidebar showed operators in registration order."""
+    page = (site / "html" / CATALOG / "index.html").read_text(encoding="utf-8")
+    sidebar = page[page.index('class="sidebar-tree"'):]
+    for pack in ("basic", "vision"):
+        start = sidebar.index(f'href="{pack}.html">Pack ')
+        nested = sidebar[start:sidebar.index("</ul>", start)]
+        listed = re.findall(rf'href="{pack}/([a-z0-9_]+)\.html"', nested)
+        specs = {spec.alias: spec for spec in Registry.from_packs(pack)}
+        assert sorted(listed) == sorted(specs), pack
+        keys = [(specs[alias].category or "uncategorized", alias) for alias in listed]
+        assert keys == sorted(keys), pack
+
+
 def test_the_errors_page_wraps_its_long_lines(site):
     page = (site / "html" / "errors.html").read_text(encoding="utf-8")
     assert page.count('<div class="hndl-error highlight-') == 2 * len(CODES)
