@@ -351,3 +351,19 @@ def test_a_contradictory_approximate_is_refused_naming_the_fix(source, phrase):
 def test_an_operator_without_a_gelu_choice_still_refuses_approximate():
     error = _refusal("relu(approximate='tanh')", ("B", 8), ("B", 8))
     assert error.code == "E_ARGUMENT" and "no argument 'approximate'" in error.message
+
+
+def test_unpacking_max_like_torch_says_it_returns_the_values_only():
+    error = _refusal("values, indices = max(1)\nout = values", ("B", 3, 8), ("B", 8))
+    assert error.code == "E_OUTPUT_ARITY"
+    assert error.remedies == ("max has one output: assign it to one name, e.g. values = max(...). Unlike "
+                              "torch.max(x, dim), which returns values and indices, max returns the values only.",)
+    assert _first_args(_resolve("values = max(1)", ("B", 3, 8), ("B", 8))) == {"dim": 1, "keepdim": False}
+
+
+def test_a_positional_overflow_without_a_torch_hint_names_the_keywords():
+    error = _refusal("embedding(10, 4, 0)", ("B", 3), ("B", 3, 4), input_dtype="int64")
+    assert error.code == "E_ARGUMENT"
+    assert error.remedies[-1] == "Pass the remaining values by keyword: embedding(padding_idx=...)."
+    error = _refusal("dropout(0.1, True)", ("B", 3), ("B", 3))
+    assert error.remedies == ("dropout takes no other arguments: write dropout(p).",)

@@ -13,6 +13,7 @@ from ...construction import make_scheme
 from ...errors import HNDLError
 from ...graph import Graph
 from ...registry import Registry
+from ...suggestions import is_first_party
 from ..binder import Binder, Symbol
 from .grammar import GRAMMAR_VERSION
 from .ir import Assign, Call, Literal, Name, Pack, Program, SchemeCall
@@ -98,7 +99,7 @@ def _bind(statement: Assign, value: Any, local: dict) -> None:
             f"cannot unpack one tensor into {len(statement.targets)} names",
             line=statement.pos.line,
             column=statement.pos.column,
-            remedies=("Assign a single-output call to one name.",),
+            remedies=_single_output_remedies(value, statement),
         )
     if len(value) != len(statement.targets):
         raise HNDLError(
@@ -110,3 +111,17 @@ def _bind(statement: Assign, value: Any, local: dict) -> None:
         )
     for target, item in zip(statement.targets, value):
         local[target] = item
+
+
+def _single_output_remedies(value: Symbol, statement: Assign) -> tuple[str, ...]:
+    """"Assign a single-output call to one name", naming the operator; torch's ``values, indices =
+    x.max(dim)`` is told that ``max`` returns the values only."""
+    node = next((node for node in value.owner.nodes if node.id == value.ref.node), None)
+    if node is None:
+        return ("Assign a single-output call to one name.",)
+    alias = node.spec.alias
+    first = statement.targets[0]
+    remedy = f"{alias} has one output: assign it to one name, e.g. {first} = {alias}(...)."
+    if alias == "max" and is_first_party(node.spec):
+        remedy += " Unlike torch.max(x, dim), which returns values and indices, max returns the values only."
+    return (remedy,)
