@@ -15,7 +15,11 @@ No warning may come from HNDL's code under a tool. The classic exporter traces w
 ``torch.jit.trace``, where sizes are traced tensors: ``apply_rotary`` compared two of them and
 warned that the trace "might not generalize" (it now records its general form while tracing);
 ``test_onnx_export_with_a_dynamic_batch_runs_in_onnxruntime_like_the_handwritten_twin[attention-classic]``
-is the regression test.
+is the regression test. The same exporter has no ``enable_gqa`` for scaled_dot_product_attention,
+so ``attention`` and ``scaled_dot_product_attention`` with grouped key/value heads failed
+(``AssertionError: conversion of scaled_dot_product_attention not implemented if enable_gqa is
+True``); while tracing they now repeat the key/value heads, as transformers' ``repeat_kv`` does
+(the ``[llama-attention-classic]`` and ``[grouped-primitives-classic]`` cases).
 """
 
 from __future__ import annotations
@@ -108,6 +112,40 @@ class HandwrittenTransformer(nn.Module):
         return self.head(h + self.attention(self.norm(h), angles.cos(), angles.sin()))
 
 
+class HandwrittenGroupedAttention(nn.Module):
+    """Grouped-query causal attention as transformers' LLaMA writes it: separate q/k/v/out
+    projections, optional rotate-half rotary, the key/value heads repeated to the query heads
+    (``repeat_kv``), softmax(Q K^T / sqrt(E) + causal mask) V."""
+
+    def __init__(self, width: int, heads: int, kv_heads: int, bias: bool, theta: float | None = None) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.size = heads, kv_heads, width // heads
+        self.q_proj = nn.Linear(width, width, bias=bias)
+        self.k_proj = nn.Linear(width, kv_heads * self.size, bias=bias)
+        self.v_proj = nn.Linear(width, kv_heads * self.size, bias=bias)
+        self.out_proj = nn.Linear(width, width, bias=bias)
+        inv_freq = None if theta is None else 1.0 / theta ** (torch.arange(0, self.size, 2, dtype=torch.float32) /
+                                                              self.size)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q = self.q_proj(x).view(batch, length, self.heads, self.size).transpose(1, 2)
+        k = self.k_proj(x).view(batch, length, self.kv_heads, self.size).transpose(1, 2)
+        v = self.v_proj(x).view(batch, length, self.kv_heads, self.size).transpose(1, 2)
+        if self.inv_freq is not None:
+            angles = torch.arange(length, dtype=torch.float32, device=x.device)[:, None] * self.inv_freq[None, :]
+            angles = torch.cat((angles, angles), dim=-1)
+            q = HandwrittenAttention.rotate(q, angles.cos(), angles.sin())
+            k = HandwrittenAttention.rotate(k, angles.cos(), angles.sin())
+        k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.size)
+        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
+        mixed = scores.masked_fill(future, float("-inf")).softmax(dim=-1) @ v
+        return self.out_proj(mixed.transpose(1, 2).reshape(batch, length, width))
+
+
 def _mlp_twin() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
 
@@ -124,6 +162,21 @@ NETWORKS: dict[str, tuple[str, tuple, tuple, Callable[[], nn.Module], tuple[int,
     "attention": (ATTENTION, ("B", 6, 8), ("B", 6, 4), HandwrittenTransformer, (3, 6, 8)),
 }
 NAMES = list(NETWORKS)
+#: Grouped-query attention, fused and from the primitives: what the classic ONNX exporter could not take
+#: (torch's TorchScript exporter has no ``enable_gqa``), exported only.
+GROUPED = {
+    "llama-attention": ("attention(4, kv_heads=2, causal=True, bias=False, qkv='separate', rope_theta=10000.0)",
+                        ("B", 6, 32), ("B", 6, 32),
+                        lambda: HandwrittenGroupedAttention(32, 4, 2, bias=False, theta=THETA), (3, 6, 32)),
+    "grouped-primitives": ("""
+q = split_heads(linear(x, 32), 4)
+k = split_heads(linear(x, 16), 2)
+v = split_heads(linear(x, 16), 2)
+o = scaled_dot_product_attention(q, k, v, causal=True)
+linear(merge_heads(o), 32)
+""", ("B", 6, 32), ("B", 6, 32), lambda: HandwrittenGroupedAttention(32, 4, 2, bias=True), (3, 6, 32)),
+}
+NETWORKS.update(GROUPED)
 
 
 def build(name: str) -> nn.Module:
@@ -174,7 +227,7 @@ def hndl_warnings(caught) -> list[str]:
 
 
 def test_the_twins_compute_what_the_networks_compute():
-    for name in NAMES:
+    for name in NETWORKS:
         model, twin = pair(name)
         model.eval()
         twin.eval()
@@ -402,7 +455,7 @@ def _session(path: Path):
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "classic"])
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + list(GROUPED))
 def test_onnx_export_with_a_dynamic_batch_runs_in_onnxruntime_like_the_handwritten_twin(name, exporter, tmp_path,
                                                                                         capsys):
     model, twin = pair(name)

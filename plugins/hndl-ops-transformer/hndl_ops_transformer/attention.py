@@ -323,10 +323,12 @@ class Attention(nn.Module):
       table `[B, 2, T, R]` (cos then sin), computed once for a whole stack; giving both is
       E_ARGUMENT.
     * **Kernels.** `torch.nn.functional.scaled_dot_product_attention` runs the product, with
-      `enable_gqa` for grouped heads. float64 inputs always take PyTorch's math kernel,
-      which is twice differentiable (`gradgradcheck` passes). Other dtypes use whichever
-      kernel `scaled_dot_product_attention` selects, and the fused ones have no second
-      derivative; a host that needs one in float32 wraps the forward in
+      `enable_gqa` for grouped heads (under `torch.jit.trace`, as the classic ONNX exporter
+      traces, the key/value heads are repeated instead: that exporter has no `enable_gqa`).
+      float64 inputs always take PyTorch's math kernel, which is twice differentiable
+      (`gradgradcheck` passes). Other dtypes use whichever kernel
+      `scaled_dot_product_attention` selects, and the fused ones have no second derivative;
+      a host that needs one in float32 wraps the forward in
       `torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`, which the module honours.
     * **Deterministic.** There is no dropout and no randomness in forward; train and eval mode
       compute the same thing. No padding mask beyond what the attn_bias port adds.
@@ -445,6 +447,9 @@ class Attention(nn.Module):
         if bias is not None and causal:  # scaled_dot_product_attention takes a mask or is_causal, not both
             bias, causal = bias.masked_fill(~causal_mask(length, length, x.device), float("-inf")), False
         grouped = self.kv_heads != self.heads
+        if grouped and torch.jit.is_tracing():  # the TorchScript ONNX exporter has no enable_gqa: repeat the heads
+            k, v = (t.repeat_interleave(self.heads // self.kv_heads, dim=1) for t in (k, v))
+            grouped = False
         if x.dtype == torch.float64:
             with sdpa_kernel(SDPBackend.MATH):
                 mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=self.scale,

@@ -117,7 +117,8 @@ class ScaledDotProductAttention(nn.Module):
       transformers' `repeat_kv` lays it out: `G = H` is multi-head attention, `1 < G < H`
       grouped-query attention (LLaMA 2 70B, LLaMA 3, Mistral), `G = 1` multi-query attention.
       The grouped key/value heads go to torch as they are (`enable_gqa=True`), not repeated
-      by this operator.
+      by this operator, except under `torch.jit.trace` (the classic ONNX exporter, which has no
+      `enable_gqa`), where they are repeated to `H` heads first.
     * **Bias.** The optional `attn_bias[B, H, T, S]` is added to the scaled scores before the
       softmax: a learned relative position bias (T5, `relative_position_bias`), ALiBi slopes,
       or a mask written additively (`0` where allowed, `-inf` or a large negative value where
@@ -143,6 +144,7 @@ class ScaledDotProductAttention(nn.Module):
         self.scale = scale
         self.causal = causal
         self.grouped = G != H
+        self.repeats = H // G
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -151,12 +153,16 @@ class ScaledDotProductAttention(nn.Module):
         if bias is not None and causal:
             bias = bias.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
             causal = False
+        grouped = self.grouped
+        if grouped and torch.jit.is_tracing():  # the TorchScript ONNX exporter has no enable_gqa: repeat the heads
+            k, v = k.repeat_interleave(self.repeats, dim=1), v.repeat_interleave(self.repeats, dim=1)
+            grouped = False
         if q.dtype == torch.float64:
             with sdpa_kernel(SDPBackend.MATH):
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=self.scale,
-                                                      enable_gqa=self.grouped)
+                                                      enable_gqa=grouped)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=self.scale,
-                                              enable_gqa=self.grouped)
+                                              enable_gqa=grouped)
 
     def extra_repr(self) -> str:
         scale = "1/sqrt(E)" if self.scale is None else repr(self.scale)
