@@ -26,7 +26,6 @@ from torch import nn
 
 from hndl import HNDLError
 from hndl.limits import active_limits
-from hndl.torch.registrations import watching_registrations
 
 from .sources import BoundedCache, StateSize, fail
 
@@ -162,6 +161,10 @@ def bounded_construction(label: str) -> Iterator[Tally]:
                 f"(at least {tally.state_bytes}, reached at {name!r}); its configuration asks for too large a model",
                 remedies=("Use a smaller checkpoint, or raise limits['max_state_bytes'] explicitly.",),
             )
+
+    # Imported here, not at module level: loading the pack (every `hndl` command does) must not
+    # import hndl.torch's builder, only a trace that constructs an architecture needs it.
+    from hndl.torch.registrations import watching_registrations
 
     with watching_registrations(on_module=on_module, on_tensor=on_tensor):
         yield tally
