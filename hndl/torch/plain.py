@@ -30,9 +30,11 @@ step from one to the other:
 
 from __future__ import annotations
 
+import keyword
 from typing import Any, Mapping
 
 from torch import nn
+from torch.fx import Proxy
 
 from ..errors import HNDLError
 from .ports import call_slots
@@ -68,9 +70,27 @@ class PlainNetwork(nn.Module):
         self._outputs = tuple((port["name"], port["ref"]) for port in plan.outputs)
         self._positional_inputs = bool(getattr(source, "_positional_inputs", False))
 
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        """Pickle and copy an instance of a named-forward class by its input names (``_plain_class``)."""
+        if type(self) is PlainNetwork:
+            return super().__reduce_ex__(protocol)
+        return (_plain_instance, (self._input_names, self._positional_inputs), self.__getstate__())
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Run every node's current layer in plan order on the inputs, given as the network takes them."""
-        values = {f"input:{name}": value for name, value in self._bind(args, kwargs).items()}
+        """Run every node's current layer in plan order on the inputs, given as the network takes them.
+
+        ``unsealed`` returns a subclass whose ``forward`` names the inputs (as the network's
+        does, so fx makes one placeholder per input); this generic form serves input names
+        that cannot be Python parameters.
+        """
+        inputs = self._bind(args, kwargs)
+        return self._run(tuple(inputs[name] for name in self._input_names))
+
+    def _run(self, inputs: tuple) -> Any:
+        """The program over ``inputs`` in declaration order (None marks one the caller left out)."""
+        if any(value is None for value in inputs):
+            self._bind((), {name: value for name, value in zip(self._input_names, inputs) if value is not None})
+        values = {f"input:{name}": value for name, value in zip(self._input_names, inputs)}
         layers = self.nodes._modules
         for key, reads, writes, slots, names, node_id in self._program:
             arguments = [values[ref] for ref in reads]
@@ -137,6 +157,8 @@ def _outputs(result: Any, names: tuple[str, ...], node_id: str) -> tuple:
         return tuple(result[name] for name in names)
     if isinstance(result, (tuple, list)) and len(result) == len(names):
         return tuple(result)
+    if isinstance(result, Proxy):  # fx: a leaf layer's several outputs, unpacked in the graph
+        return tuple(result[index] for index in range(len(names)))
     raise HNDLError(
         "E_RUNTIME", f"node {node_id!r} returned {type(result).__name__}, expected {len(names)} value(s) for "
         f"{list(names)}", node=node_id,
@@ -155,9 +177,10 @@ def unsealed(model: nn.Module) -> PlainNetwork:
     wrap or remove layers. It carries no plan (``source_plan`` is a record of where it came from)
     and checks no contracts. Unseal ``copy.deepcopy(model)`` for independent weights. Hooks
     registered on ``model`` itself are not carried over (those on its layers are: the layers are
-    the same objects). ``forward`` takes ``*args, **kwargs``: ``torch.export`` and
-    ``torch.compile`` trace it, fx's symbolic tracer (which needs named inputs) does not; trace
-    the network itself, which fx supports, where no restructuring is needed.
+    the same objects). ``forward`` names the inputs as the network's does (keyword-only for a
+    ``GraphModule``), so fx's symbolic tracer, ``torch.export`` and ``torch.compile`` trace it;
+    a call that does not fit that signature raises Python's ``TypeError``, as for any module,
+    and an input left out is ``E_BINDING``.
     """
     from .graph_module import GraphModule  # the backend's module, imported here to keep this one light
 
@@ -167,4 +190,49 @@ def unsealed(model: nn.Module) -> PlainNetwork:
             remedies=("Pass the module hndl.torch.network (or build/restore) returned; any other nn.Module "
                       "is already editable.",),
         )
-    return PlainNetwork(model)
+    names = tuple(port["name"] for port in model.plan.inputs)
+    positional = bool(getattr(model, "_positional_inputs", False))
+    plain = nn.Module.__new__(_plain_class(names, positional))
+    PlainNetwork.__init__(plain, model)
+    return plain
+
+
+#: One subclass per (input names, positional): see ``_plain_class``.
+_CLASSES: dict[tuple[tuple[str, ...], bool], type] = {}
+
+
+def _plain_class(names: tuple[str, ...], positional: bool) -> type:
+    """The subclass of ``PlainNetwork`` whose ``forward`` names exactly these inputs.
+
+    Tools read a module's inputs off ``type(module).forward`` (fx makes one placeholder per
+    parameter), as for the network itself. A network's inputs are positional-or-keyword, a
+    GraphModule's keyword-only. Each defaults to None, which ``_run`` turns into E_BINDING
+    naming what is missing. Names that cannot be Python parameters keep the generic forward.
+    """
+    key = (names, positional)
+    cls = _CLASSES.get(key)
+    if cls is not None:
+        return cls
+    if not names or "self" in names or any(keyword.iskeyword(name) or not name.isidentifier() for name in names):
+        return PlainNetwork
+    parameters = ", ".join(f"{name}=None" for name in names)
+    space: dict[str, Any] = {}
+    exec(
+        f"def forward(self, {'' if positional else '*, '}{parameters}):\n"
+        f"    \"\"\"Run every node's current layer in plan order on {', '.join(names)}.\"\"\"\n"
+        f"    return self._run(({', '.join(names)},))\n",
+        space,
+    )
+    forward = space["forward"]
+    forward.__qualname__ = "PlainNetwork.forward"
+    forward.__module__ = __name__
+    cls = type("PlainNetwork", (PlainNetwork,), {
+        "forward": forward, "__module__": __name__, "__qualname__": "PlainNetwork", "__doc__": PlainNetwork.__doc__,
+    })
+    _CLASSES[key] = cls
+    return cls
+
+
+def _plain_instance(names: tuple[str, ...], positional: bool) -> PlainNetwork:
+    """An empty instance of ``_plain_class(names, positional)`` for unpickling; the state follows."""
+    return nn.Module.__new__(_plain_class(tuple(names), positional))
