@@ -16,8 +16,10 @@ step from one to the other:
   a dict out) and gives the same values. It looks every layer up in ``nodes`` when it is called,
   so whatever a tool puts there runs: a layer wrapped, fused, converted or deleted there is what
   the module computes.
-* It checks nothing but the number and names of its inputs (``E_BINDING``): no contracts, no
-  registered-state check. It carries no plan; ``source_plan`` keeps the plan it was unsealed
+* Its ``forward`` names the inputs (one generated class per tuple of input names, pickled by
+  them), so fx, ``torch.export`` and ``torch.compile`` trace it. It checks nothing but that
+  every input is given (``E_BINDING``; a call the signature does not fit is Python's
+  ``TypeError``, as for any module): no contracts, no registered-state check. It carries no plan; ``source_plan`` keeps the plan it was unsealed
   from as a record, which stops describing the module as soon as its structure is edited.
 * Because the layers are shared, the network and the plain module are two views of one set of
   weights: an optimizer step or ``load_state_dict`` through either is seen by both, and so is an
