@@ -112,7 +112,6 @@ SYNONYMS: dict[str, tuple[str, str]] = {
     "avgpool2d": ("avg_pool", "avg_pool(kernel_size, stride=...)"),
     "adaptive_avg_pool2d": ("adaptive_avg_pool", "adaptive_avg_pool(output_size)"),
     "adaptiveavgpool2d": ("adaptive_avg_pool", "adaptive_avg_pool(output_size)"),
-    "max_pool1d": ("max_pool1d", "max_pool1d(kernel_size)"),
     "cat": ("concat", "concat(a, b, axis=1)"),
     "concatenate": ("concat", "concat(a, b, axis=1)"),
     "view": ("reshape", "reshape(...)"),
@@ -158,11 +157,15 @@ def synonym_remedy(name: Any, registry: Any) -> Optional[str]:
     return None
 
 
+#: The modules of the first-party operator packs whose torch-named operators the hints describe.
+FIRST_PARTY_MODULES = frozenset({"hndl_ops_basic", "hndl_ops_vision", "hndl_ops_transformer"})
+
+
 def is_first_party(spec: Any) -> bool:
-    """Whether ``spec`` is declared by a first-party operator pack (``hndl_ops_*``): the torch-habit
-    hints below describe those operators, never a user's operator that shares an alias."""
+    """Whether ``spec`` is declared by a first-party operator pack: the torch-habit hints below
+    describe those operators, never a user's operator (or a user's pack's) that shares an alias."""
     module = getattr(getattr(spec, "cls", None), "__module__", "") or ""
-    return module.split(".")[0].startswith("hndl_ops_")
+    return module.split(".")[0] in FIRST_PARTY_MODULES
 
 
 class TorchSpelling:
