@@ -117,7 +117,8 @@ def initialize(
     if left is not None:
         raise HNDLError(
             "E_RUNTIME", f"{left} is still on the meta device; initialize() writes values into allocated tensors",
-            remedies=("Allocate the model first: model.to_empty(device=\"cpu\") (or \"cuda\"), then initialize(model).",))
+            remedies=("Allocate the model first: model.to_empty(device=\"cpu\") (or \"cuda\"), then "
+                      "initialize(model).",))
     device = model._device
     dtype = TORCH_DTYPES[plan.dtype]
     named = f"limits['max_state_bytes']={checked['max_state_bytes']}"
@@ -256,8 +257,9 @@ def state_budget(checked: Mapping[str, int], device: torch.device, *, explicit: 
     An explicit ``limits['max_state_bytes']`` is used as given. The default (64 GiB) is lowered to the
     memory of the target device when that is smaller: physical memory for cpu, total memory for a
     CUDA device; a meta build allocates nothing and keeps the default, since the model it makes is
-    materialized later, possibly sharded (``to_empty``, then ``initialize``). Limits never enter a plan, so this changes no plan bytes or digests, only how early
-    a build that cannot fit is refused.
+    materialized later, possibly sharded (``to_empty``, then ``initialize``). Limits never enter
+    a plan, so this changes no plan bytes or digests, only how early a build that cannot fit is
+    refused.
     """
     limit = checked["max_state_bytes"]
     named = f"limits['max_state_bytes']={limit}"

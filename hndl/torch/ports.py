@@ -145,7 +145,8 @@ class Port:
                     if actual != (extent * batch if kind else extent):
                         break
                 else:
-                    if self.accepts_dtype(value.dtype, loose) and (value.device == device or device.type == META_DEVICE):
+                    if self.accepts_dtype(value.dtype, loose) and (
+                            value.device == device or device.type == META_DEVICE):
                         return
         raise self.error(value, batch, device, source, loose, **where)
 

@@ -42,7 +42,8 @@ VISION_CONTRACT = {"input_shape": ("B", 3, 8, 8), "output_shape": ("B", 10)}
 TRANSFORMER = ("linear(32)\nattention(4, kv_heads=2, causal=True, bias=False, qkv='separate', rope_theta=10000.0)\n"
                "layer_norm()\nlinear()")
 TRANSFORMER_CONTRACT = {"input_shape": ("B", 6, 16), "output_shape": ("B", 6, 16)}
-CASES = {"mlp": (MLP, MLP_CONTRACT), "vision": (VISION, VISION_CONTRACT), "transformer": (TRANSFORMER, TRANSFORMER_CONTRACT)}
+CASES = {"mlp": (MLP, MLP_CONTRACT), "vision": (VISION, VISION_CONTRACT),
+         "transformer": (TRANSFORMER, TRANSFORMER_CONTRACT)}
 
 
 def _twin(model: nn.Module) -> nn.Sequential:
@@ -231,4 +232,5 @@ def test_initialize_errors():
     torch.nn.utils.parametrize.register_parametrization(model["n0"], "weight", nn.Identity())
     with pytest.raises(HNDLError) as caught:
         initialize(model)
-    assert caught.value.code == "E_RUNTIME" and caught.value.location.node == "n0" and "parametriz" in caught.value.remedies[0]
+    assert caught.value.code == "E_RUNTIME" and caught.value.location.node == "n0"
+    assert "parametriz" in caught.value.remedies[0]
