@@ -234,3 +234,10 @@ def test_initialize_errors():
         initialize(model)
     assert caught.value.code == "E_RUNTIME" and caught.value.location.node == "n0"
     assert "parametriz" in caught.value.remedies[0]
+
+
+def test_initialize_keeps_the_module_bound():
+    model = network(TRANSFORMER, **TRANSFORMER_CONTRACT, device="meta", initialization_seed=0).to_empty(device="cpu")
+    with pytest.raises(HNDLError) as caught:
+        initialize(model, limits={"max_node_modules": 2})  # the attention node registers four projections
+    assert caught.value.code == "E_RESOURCE" and caught.value.location.node == "n1"
