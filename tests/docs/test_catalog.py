@@ -33,7 +33,7 @@ def test_one_page_per_operator_plus_an_index_and_a_page_per_pack(pages):
 def test_a_page_publishes_the_whole_declaration(pages):
     page = pages["vision/conv.md"]
     assert page.startswith("# `conv`\n\n2-D convolution")
-    assert "- Identity: `conv2d@1`" in page and "- Category: convolution" in page
+    assert "- Identity: `conv2d@2`" in page and "- Category: convolution" in page
     assert "Shape relation: `x[B, C_in, H, W] -> out[B, C_out, H_out, W_out]`" in page
     assert "| `out_channels` | int | inferred (from `C_out`) | >= 1 | positional or keyword |" in page
     assert "| `padding` | \"pair\" | `(0, 0)` | >= 0; <= 2147483647 | keyword only |" in page
@@ -56,7 +56,7 @@ def test_the_index_groups_by_pack_and_category(pages):
 def test_each_pack_page_lists_its_operators_by_category(pages):
     page = pages["vision.md"]
     assert page.startswith("# Pack `vision`\n")
-    assert "## convolution" in page and "| [`conv`](vision/conv.md) | `conv2d@1` |" in page
+    assert "## convolution" in page and "| [`conv`](vision/conv.md) | `conv2d@2` |" in page
     assert "(basic/" not in page  # only its own operators
 
 
