@@ -96,7 +96,8 @@ install()
 
 
 class NodeSlots(dict):
-    """A graph's ``nodes._modules``: a dict that tells the graph when a module is written into it.
+    """A graph's ``nodes._modules`` (and its own ``_modules``): a dict that tells the graph when a
+    module is written into it.
 
     torch runs no registration hook for ``container._modules[name] = module``, and that is how
     torch.ao's ``convert`` (behind ``quantize_dynamic(..., inplace=True)``) swaps a layer for its
@@ -124,7 +125,20 @@ class NodeSlots(dict):
 
 
 def watch_slots(graph: Any, container: nn.Module) -> None:
-    """Make ``container._modules`` a ``NodeSlots`` reporting to ``graph`` (held weakly)."""
+    """Make ``container._modules`` and the graph's own ``_modules`` ``NodeSlots`` reporting to ``graph``.
+
+    The graph's own dict holds ``nodes``: ``graph._modules["nodes"] = nn.ModuleDict(...)`` runs
+    no torch hook either, and without a report a remembered signature would keep running the
+    old modules while ``parameters()`` and ``state_dict()`` report the new ones. A dict of
+    another kind (the sealed one a ``Network`` keeps, which refuses such writes) is left as it is.
+    The graph is held weakly.
+    """
+    reference = weakref.ref(graph)
     slots = NodeSlots(container._modules)
-    slots.graph = weakref.ref(graph)
+    slots.graph = reference
     container.__dict__["_modules"] = slots
+    own = graph.__dict__.get("_modules")
+    if graph is not container and type(own) in (dict, NodeSlots):
+        slots = NodeSlots(own)
+        slots.graph = reference
+        graph.__dict__["_modules"] = slots

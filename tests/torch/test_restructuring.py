@@ -268,6 +268,23 @@ def test_every_structural_edit_of_the_sealed_network_is_an_hndl_error_naming_uns
     torch.testing.assert_close(restored(x), expected)
 
 
+def test_a_graph_module_reports_its_nodes_container_replaced_behind_its_back():
+    graph = hndl.torch.build(mlp().plan, device="cpu", initialization_seed=0)
+    x = torch.randn(2, 128)
+    graph(x=x)
+    graph(x=x)  # a remembered signature: the fast path runs next
+    clone = copy.deepcopy(graph)
+    graph._modules["nodes"] = nn.ModuleDict({"n_n0": nn.Linear(128, 10)})  # no torch hook runs for this
+    with pytest.raises(HNDLError) as error:  # never the old modules while parameters() reports the new
+        graph(x=x)
+    assert error.value.code == "E_RUNTIME" and "submodule 'nodes' was replaced" in error.value.message
+    clone(x=x)
+    clone(x=x)
+    clone._modules["nodes"] = nn.ModuleDict()  # a copy watches its own dict
+    with pytest.raises(HNDLError):
+        clone(x=x)
+
+
 def test_putting_back_the_registered_module_is_not_a_structural_edit():
     model = mlp()
     x = torch.randn(2, 128)
