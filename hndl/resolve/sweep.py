@@ -276,11 +276,18 @@ def _literal_remedy(state: NodeState, symbol: str, name: str) -> str:
     where = f"node {node.id} ({state.spec.alias}" + (f", line {node.line}" if node.line is not None else "") + ")"
     var = state.symbols.get(symbol)
     needed = None if var is None else state.facts.value(var)
+    source = "the tensor it reads" if _reads_symbol(state, symbol) else "what consumes the result"
     if needed is not None and needed != value:
         return (f"Omit {name}={value} at {where}: the rest of the graph requires {name} {needed} there, and an "
-                f"omitted {name} is inferred from what consumes the result.")
+                f"omitted {name} is inferred from {source}.")
     return (f"Omit {name}={value} at {where}, or change it: the literal contradicts the contract or another "
-            f"operator (see the chain), and an omitted {name} is inferred from what consumes the result.")
+            f"operator (see the chain), and an omitted {name} is inferred from {source}.")
+
+
+def _reads_symbol(state: NodeState, symbol: str) -> bool:
+    """Whether ``symbol`` names an extent of an input port (in_channels) rather than an output's."""
+    return any(entry.port in state.inputs and any(getattr(dim, "symbol", None) == symbol for dim in entry.pattern.dims)
+               for entry in state.patterns)
 
 
 def _flatten_remedy(state: NodeState) -> Optional[str]:

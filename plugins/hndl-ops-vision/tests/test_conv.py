@@ -378,3 +378,14 @@ def test_torch_positional_order_is_refused_not_read_another_way():
     assert any("kernel_size=" in remedy for remedy in error.remedies)
     assert hndl.resolve("conv(16, kernel_size=3)", input_shape=("B", 3, 32, 32), output_shape=("B", 16, 30, 30))
     assert "conv(16, kernel_size=3)" in spec_of(Conv).docstring
+
+
+def test_torch_keywords_mean_torchs_meaning_and_a_wrong_in_channels_is_named():
+    """conv(in_channels=3, out_channels=16, kernel_size=3) is torch's Conv2d by keyword; in_channels is checked."""
+    plan = hndl.resolve("conv(in_channels=3, out_channels=16, kernel_size=3, padding=1)", input_shape=("B", 3, 8, 8),
+                        output_shape=("B", 16, 8, 8))
+    assert (plan.nodes[0].args["in_channels"], plan.nodes[0].args["out_channels"]) == (3, 16)
+    error = _fails("conv(in_channels=4, out_channels=16, kernel_size=3)", ("B", 3, 8, 8), ("B", 16, 6, 6))
+    assert error.code == "E_CONSTRAINT"
+    assert error.remedies == ("Omit in_channels=4 at node n0 (conv, line 1): the rest of the graph requires "
+                              "in_channels 3 there, and an omitted in_channels is inferred from the tensor it reads.",)
