@@ -182,6 +182,7 @@ class OperatorSpec:
     outputs_from: Optional[str]
     batch: str
     restore: Optional[Callable] = None
+    runtime_check: Optional[Callable] = None
 
     def __hash__(self) -> int:
         return self._hash
@@ -400,6 +401,7 @@ def operator(
     outputs_from: Optional[str] = None,
     batch: str = "shared",
     restore: Optional[Callable] = None,
+    runtime_check: Optional[Callable] = None,
 ) -> Callable[[type], type]:
     """Declare the decorated ``nn.Module`` subclass as the operator ``alias`` (§8).
 
@@ -407,6 +409,12 @@ def operator(
     constructor signature are checked when the decorator is applied. Any violation raises
     ``HNDLError("E_REGISTRY")`` naming the alias and the field. The decorator stores the
     :class:`OperatorSpec` as ``cls.__dict__["__hndl_operator__"]`` and returns ``cls``.
+
+    ``runtime_check=fn(module, shapes)`` checks a call that the shape contracts admit but the
+    module cannot run (batch norm in training mode with one value per channel): ``shapes`` maps
+    each bound input port to its concrete shape and ``module.training`` is the mode. The runtime
+    calls it once per input signature, before the node runs (the checked program, the dry run),
+    so the module's class can stay torch's own layer; ``fn`` raises ``HNDLError`` or returns.
     """
     _check_alias(alias)
     where = f"operator {alias!r}"
@@ -416,7 +424,7 @@ def operator(
     _check_optional_text(where, shape_text, "shape_text")
     _check_category(where, category)
     _check_callables(where, relation=relation, validate=validate, finalize=finalize, reference=reference,
-                     restore=restore)
+                     restore=restore, runtime_check=runtime_check)
     examples = _check_examples(where, examples)
     signature = _parse(where, shape)
     _check_ports(where, signature, relation)
@@ -452,6 +460,7 @@ def operator(
             outputs_from=outputs_from,
             batch=batch,
             restore=restore,
+            runtime_check=runtime_check,
         )
         setattr(cls, SPEC_ATTRIBUTE, spec)
         return cls

@@ -553,22 +553,26 @@ def _check_ownership(modules: Mapping[str, nn.Module], tensors: Mapping[str, tup
                 raise HNDLError("E_REGISTRY", f"nodes {other!r} and {node_id!r} share parameter or buffer storage", node=node_id)
 
 
-def node_traits(spec: OperatorSpec) -> frozenset[str]:
+def node_traits(spec: OperatorSpec) -> frozenset:
     """What the runtime needs of a node's declaration, read once at build (never off the module's class).
 
     ``opaque``: its output contract is asserted, so checked on every call; ``unary``: one
     non-variadic required input port and one output port, so ``nn.Sequential`` can chain it;
     ``ports:x,bias``: the declared input ports of an operator with optional ports, so the
-    runtime passes None for each one a node leaves unbound (``ports.call_slots``).
+    runtime passes None for each one a node leaves unbound (``ports.call_slots``); and the
+    declaration's ``runtime_check`` function itself, not a string, which the checked program
+    calls before the node runs (``ports.runtime_check_of``).
     """
     shape = spec.shape
-    traits = set()
+    traits: set = set()
     if spec.opaque:
         traits.add("opaque")
     if not (shape.variadic_input or shape.variadic_output) and len(spec.required_inputs) == 1 and len(shape.outputs) == 1:
         traits.add("unary")  # optional ports aside: a chained call leaves them unbound (None)
     if spec.optional_inputs:
         traits.add(PORTS_TRAIT + ",".join(spec.input_ports()))
+    if spec.runtime_check is not None:
+        traits.add(spec.runtime_check)
     return frozenset(traits)
 
 

@@ -434,6 +434,8 @@ class GraphModule(nn.Module):
             args = [values[ref] for ref in step.reads]
             for port, value in zip(step.ports_in, args):
                 port.check(value, batch, device, loose, source, **step.location)
+            if step.runtime_check is not None:
+                step.check_runtime(args)
             try:
                 result = step.module(*step.arranged(args))
                 results = step.outputs(result)

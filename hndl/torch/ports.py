@@ -17,7 +17,7 @@ values it reads and writes, its ports and its source location).
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -203,18 +203,36 @@ def call_slots(traits: frozenset, bound: tuple[str, ...]) -> Optional[tuple[Opti
     """Per declared input port, its index among the node's ``bound`` ports or None where the node
     leaves it unbound; None when the node binds exactly the declared ports (the module takes
     ``bound`` as they are)."""
-    declared = next((trait[len(PORTS_TRAIT):].split(",") for trait in traits if trait.startswith(PORTS_TRAIT)), None)
+    declared = next((trait[len(PORTS_TRAIT):].split(",") for trait in traits
+                     if isinstance(trait, str) and trait.startswith(PORTS_TRAIT)), None)
     if declared is None or tuple(declared) == bound:
         return None
     position = {port: index for index, port in enumerate(bound)}
     return tuple(position.get(port) for port in declared)
 
 
+def runtime_check_of(traits: frozenset) -> Optional[Callable]:
+    """The declaration's ``runtime_check`` among a node's traits (``build.node_traits``), or None."""
+    return next((trait for trait in traits if callable(trait)), None)
+
+
+def run_runtime_check(check: Callable, module: nn.Module, args: Sequence[Any], ports: Sequence[str],
+                      **location: Any) -> None:
+    """Call a declaration's ``runtime_check(module, shapes)`` with the concrete shapes of the bound
+    input ports; an HNDLError it raises is raised again at the node's ``location`` (node, line, column)."""
+    shapes = {port: tuple(value.shape) for port, value in zip(ports, args) if isinstance(value, torch.Tensor)}
+    try:
+        check(module, shapes)
+    except HNDLError as error:
+        raise HNDLError(error.code, error.message, chain=error.chain, remedies=error.remedies,
+                        **location) from None
+
+
 class Step:
     """One node of the compiled program."""
 
     __slots__ = ("module", "node", "reads", "writes", "ports_in", "ports_out", "where", "location", "release", "opaque",
-                 "slots")
+                 "slots", "runtime_check")
 
     def __init__(self, module: nn.Module, node, batch: str, dtypes: tuple[Mapping[str, str], Mapping[str, str]],
                  traits: frozenset = frozenset(), casts: Mapping[torch.dtype, torch.dtype] = {}) -> None:
@@ -244,6 +262,14 @@ class Step:
         #: None when the module takes exactly ``reads``; otherwise, per declared input position, the
         #: index into ``reads`` or None for an unbound optional port (the module receives None there).
         self.slots = call_slots(traits, tuple(inputs))
+        #: The declaration's ``runtime_check`` (see ``check_runtime``), or None.
+        self.runtime_check = runtime_check_of(traits)
+
+    def check_runtime(self, args: Sequence[Any]) -> None:
+        """Run the declaration's ``runtime_check`` on this call's inputs (one per read), before the
+        node runs; the checked program calls it once per input signature (E_RUNTIME and the like,
+        naming the node)."""
+        run_runtime_check(self.runtime_check, self.module, args, tuple(self.node.inputs), **self.location)
 
     def arranged(self, args: Sequence[Any]) -> Sequence[Any]:
         """The module's positional arguments: ``args`` (one per read) with None at each unbound

@@ -36,7 +36,7 @@ from ..plan import ResolvedPlan
 from ..registry import Registry
 from .build import active_specs, build, check_device, node_traits, port_dtypes, seed_problem
 from .instantiate import meta_module, registered_bytes
-from .ports import call_slots
+from .ports import call_slots, run_runtime_check
 
 __all__ = ["dry_run", "preflight"]
 
@@ -90,6 +90,9 @@ def dry_run(
                         )
                     slots = call_slots(node_traits(specs[node.id]), tuple(node.inputs))
                     args = [values[ref] for ref in node.inputs.values()]
+                    check = specs[node.id].runtime_check
+                    if check is not None:  # the declaration's check of this call, as the checked program runs it
+                        _run_check(check, module, node, args)
                     if slots is not None:  # None at each unbound optional port's position
                         args = [None if index is None else args[index] for index in slots]
                     outputs = _run_meta(module, node, args)
@@ -151,6 +154,15 @@ def preflight(
 
 
 # -- dry run --------------------------------------------------------------------------------------------
+def _run_check(check, module: nn.Module, node, args: list) -> None:
+    """The declaration's ``runtime_check`` on the meta inputs; its HNDLError names the node."""
+    try:
+        run_runtime_check(check, module, args, tuple(node.inputs), node=node.id)
+    except HNDLError as error:
+        raise HNDLError(error.code, f"node {node.id!r} ({node.alias}) on the meta device: {error.message}",
+                        node=node.id, chain=error.chain, remedies=error.remedies) from None
+
+
 def _run_meta(module: nn.Module, node, args: list) -> Optional[tuple]:
     try:
         with torch.no_grad():

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import nn
 
-from hndl import Arg, Example, HNDLError, operator
+from hndl import Arg, Example, operator
 
-from .batch_statistics import TRAIN_REMEDY, batch_norm_reference, one_value_per_channel
+from .batch_statistics import batch_norm_reference, one_value_error
+
+
+def _one_value_per_channel(module: nn.Module, shapes: dict) -> None:
+    """E_RUNTIME for a training-mode call with one value per channel (``B * H * W == 1``)."""
+    one_value_error("batch_norm", module, shapes["x"])
 
 
 @operator(
@@ -33,6 +37,7 @@ from .batch_statistics import TRAIN_REMEDY, batch_norm_reference, one_value_per_
                 note="No learned affine; the running statistics move slowly."),
     ),
     reference=batch_norm_reference,
+    runtime_check=_one_value_per_channel,
 )
 class BatchNorm(nn.BatchNorm2d):
     """Batch normalization (torch.nn.BatchNorm2d) of a `[B, C, H, W]` tensor.
@@ -47,26 +52,19 @@ class BatchNorm(nn.BatchNorm2d):
     0). The running statistics are persistent buffers (`running_mean`, `running_var`,
     `num_batches_tracked`) that belong to the state dictionary. `eps > 0` keeps a constant
     channel finite forward and backward. A training-mode call whose channels hold a single
-    value (`B * H * W == 1`) has no variance to normalize with and fails with `E_RUNTIME`.
+    value (`B * H * W == 1`) has no variance to normalize with and fails with `E_RUNTIME`
+    before the node runs (the declaration's runtime check, once per input signature).
+
+    **Torch's own class.** The built node *is* an `nn.BatchNorm2d` (`type(node) is
+    nn.BatchNorm2d`), so tools that look layers up by type treat it as a handwritten one:
+    conv-bn fusion (`torch.ao.quantization.fuse_modules`, `torch.fx.experimental.optimization.fuse`),
+    `nn.SyncBatchNorm.convert_sync_batchnorm`, opacus' validator, and
+    `torch.optim.swa_utils.update_bn`, which sets `momentum=None`: the running statistics are
+    then torch's cumulative average of every batch since they were reset.
 
     **Torch spelling.** torch's `nn.BatchNorm2d(64)` is `batch_norm()` (or
     `batch_norm(num_features=64)`, which checks the width); a positional value is refused with
     E_ARGUMENT naming that spelling."""
 
-    def __init__(self, *, num_features, eps=1e-5, momentum=0.1, affine=True) -> None:
+    def __init__(self, *, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True) -> None:
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=True)
-
-    def forward(self, x):
-        if one_value_per_channel(self, x):
-            raise HNDLError(
-                "E_RUNTIME",
-                f"batch_norm in training mode needs more than one value per channel, got input {list(x.shape)}",
-                remedies=(TRAIN_REMEDY,),
-            )
-        # nn.BatchNorm2d.forward for this configuration (running statistics always tracked, a
-        # float momentum), minus its rank test: the plan fixes the rank, and fx's symbolic tracer
-        # cannot branch on a proxy's dim().
-        if self.training:
-            self.num_batches_tracked.add_(1)
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                            self.training, self.momentum, self.eps)

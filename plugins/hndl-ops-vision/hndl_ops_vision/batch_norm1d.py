@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
-from hndl import Arg, Example, HNDLError, operator
+from hndl import Arg, Example, operator
 
-from .batch_statistics import batch_norm_reference, one_value_per_channel
+from .batch_statistics import batch_norm_reference, one_value_error
+
+
+def _one_value_per_channel(module: nn.Module, shapes: dict) -> None:
+    """E_RUNTIME for a training-mode call with one value per channel (``B * L == 1``)."""
+    one_value_error("batch_norm1d", module, shapes["x"])
 
 
 @operator(
@@ -33,6 +37,7 @@ from .batch_statistics import batch_norm_reference, one_value_per_channel
                 note="num_features and the convolution's out_channels 5 are inferred backward from the contract."),
     ),
     reference=batch_norm_reference,
+    runtime_check=_one_value_per_channel,
 )
 class BatchNorm1d(nn.BatchNorm1d):
     """Batch normalization (torch.nn.BatchNorm1d) of a `[B, C, L]` signal.
@@ -54,7 +59,13 @@ class BatchNorm1d(nn.BatchNorm1d):
     0). The running statistics are persistent buffers (`running_mean`, `running_var`,
     `num_batches_tracked`) that belong to the state dictionary. `eps > 0` keeps a constant
     channel finite forward and backward. A training-mode call whose channels hold a single
-    value (`B * L == 1`) has no variance to normalize with and fails with `E_RUNTIME`.
+    value (`B * L == 1`) has no variance to normalize with and fails with `E_RUNTIME`
+    before the node runs (the declaration's runtime check, once per input signature).
+
+    **Torch's own class.** The built node *is* an `nn.BatchNorm1d` (`type(node) is
+    nn.BatchNorm1d`), so type-keyed tools (conv-bn fusion, `convert_sync_batchnorm`, opacus'
+    validator, `torch.optim.swa_utils.update_bn` with its `momentum=None` cumulative average)
+    treat it as a handwritten one.
 
     **Torch spelling.** torch's `nn.BatchNorm1d(64)` is `batch_norm1d()` (or
     `batch_norm1d(num_features=64)`, which checks the width); a positional value is refused with
@@ -62,12 +73,3 @@ class BatchNorm1d(nn.BatchNorm1d):
 
     def __init__(self, *, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True) -> None:
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if one_value_per_channel(self, x):
-            raise HNDLError(
-                "E_RUNTIME",
-                f"batch_norm1d in training mode needs more than one value per channel, got input {list(x.shape)}",
-                remedies=("Train with a batch of at least two examples or a longer signal, or call model.eval().",),
-            )
-        return super().forward(x)

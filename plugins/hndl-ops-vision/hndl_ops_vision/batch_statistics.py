@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -28,6 +29,22 @@ def one_value_per_channel(module: nn.Module, x: object) -> bool:
     return checked_in_training(module, x) and x.numel() == x.shape[1]
 
 
+def one_value_error(alias: str, module: nn.Module, shape: tuple[int, ...]) -> None:
+    """The ``runtime_check`` of the batch-norm operators: E_RUNTIME when a training-mode call on an
+    input of ``shape`` would normalize channels that hold a single value each.
+
+    The runtime runs it once per input signature before the node runs, so the node itself stays
+    torch's own ``nn.BatchNorm1d`` / ``nn.BatchNorm2d`` (whose ``F.batch_norm`` would raise a
+    ValueError only after counting the batch in ``num_batches_tracked``).
+    """
+    if module.training and math.prod(shape) == shape[1]:
+        raise HNDLError(
+            "E_RUNTIME",
+            f"{alias} in training mode needs more than one value per channel, got input {list(shape)}",
+            remedies=(TRAIN_REMEDY,),
+        )
+
+
 def check_batch_variance(module: nn.Module, x: torch.Tensor, spatial: Callable[[int, int], tuple[int, int]],
                          alias: str) -> None:
     """In training mode, fail with E_RUNTIME before anything runs when the smallest batch norm
@@ -47,9 +64,11 @@ def check_batch_variance(module: nn.Module, x: torch.Tensor, spatial: Callable[[
 
 
 def reference_batch_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-    """F.batch_norm on copies of the running statistics, so a reference call never moves them."""
+    """F.batch_norm on copies of the running statistics, so a reference call never moves them
+    (the momentum, ``None`` for torch's cumulative average, changes only those copies)."""
+    momentum = 0.0 if norm.momentum is None else norm.momentum
     return F.batch_norm(x, norm.running_mean.clone(), norm.running_var.clone(), norm.weight, norm.bias,
-                        training=norm.training, momentum=norm.momentum, eps=norm.eps)
+                        training=norm.training, momentum=momentum, eps=norm.eps)
 
 
 def batch_norm_reference(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
