@@ -19,7 +19,10 @@ is the regression test. The same exporter has no ``enable_gqa`` for scaled_dot_p
 so ``attention`` and ``scaled_dot_product_attention`` with grouped key/value heads failed
 (``AssertionError: conversion of scaled_dot_product_attention not implemented if enable_gqa is
 True``); while tracing they now repeat the key/value heads, as transformers' ``repeat_kv`` does
-(the ``[llama-attention-classic]`` and ``[grouped-primitives-classic]`` cases).
+(the ``[llama-attention-classic]`` and ``[grouped-primitives-classic]`` cases). And the window
+operators counted windows as ``-(-extent // window)``, which the traced program turns into a
+truncating division: a padded map gave wrong values (``window_partition``) or an onnxruntime
+Reshape failure (``window_attention``, ``swin_block``; the ``[shifted-windows-classic]`` case).
 """
 
 from __future__ import annotations
@@ -155,6 +158,14 @@ def _conv_twin() -> nn.Module:
                          nn.Linear(128, 10))
 
 
+def _swin_twin() -> nn.Module:
+    from torchvision.models.swin_transformer import SwinTransformerBlock
+    from torchvision.ops.misc import Permute
+
+    return nn.Sequential(Permute([0, 2, 3, 1]), SwinTransformerBlock(16, 2, [4, 4], [2, 2], mlp_ratio=2.0),
+                         Permute([0, 3, 1, 2]))
+
+
 #: name -> (HNDL source, input shape, output shape, twin factory, example input shape at batch 3)
 NETWORKS: dict[str, tuple[str, tuple, tuple, Callable[[], nn.Module], tuple[int, ...]]] = {
     "mlp": (MLP, ("B", 8), ("B", 4), _mlp_twin, (3, 8)),
@@ -162,8 +173,9 @@ NETWORKS: dict[str, tuple[str, tuple, tuple, Callable[[], nn.Module], tuple[int,
     "attention": (ATTENTION, ("B", 6, 8), ("B", 6, 4), HandwrittenTransformer, (3, 6, 8)),
 }
 NAMES = list(NETWORKS)
-#: Grouped-query attention, fused and from the primitives: what the classic ONNX exporter could not take
-#: (torch's TorchScript exporter has no ``enable_gqa``), exported only.
+#: Exported only: grouped-query attention, fused and from the primitives (torch's TorchScript exporter has no
+#: ``enable_gqa``), and a shifted-window Swin block on a map it pads (6 x 6 in 4 x 4 windows) beside torchvision's
+#: SwinTransformerBlock, whose parameters and buffers it holds in the same order.
 GROUPED = {
     "llama-attention": ("attention(4, kv_heads=2, causal=True, bias=False, qkv='separate', rope_theta=10000.0)",
                         ("B", 6, 32), ("B", 6, 32),
@@ -175,6 +187,8 @@ v = split_heads(linear(x, 16), 2)
 o = scaled_dot_product_attention(q, k, v, causal=True)
 linear(merge_heads(o), 32)
 """, ("B", 6, 32), ("B", 6, 32), lambda: HandwrittenGroupedAttention(32, 4, 2, bias=True), (3, 6, 32)),
+    "shifted-windows": ("swin_block(2, 4, 2, mlp_ratio=2.0)", ("B", 16, 6, 6), ("B", 16, 6, 6), _swin_twin,
+                        (3, 16, 6, 6)),
 }
 NETWORKS.update(GROUPED)
 

@@ -59,7 +59,7 @@ def validate_shift(args: dict) -> None:
 
 def windows_along(extent: int, window: int) -> int:
     """How many windows cover ``extent`` positions once it is padded to a multiple of ``window``."""
-    return -(-extent // window)
+    return (extent + window - 1) // window  # not -(-extent // window): traced, the classic ONNX exporter truncates
 
 
 def window_count(height: int, width: int, window: tuple[int, int]) -> int:
@@ -105,12 +105,16 @@ def partition(x: torch.Tensor, window: tuple[int, int], shift: tuple[int, int]) 
     return partition_last(x.permute(0, 2, 3, 1), window, shift)
 
 
-def partition_last(x: torch.Tensor, window: tuple[int, int], shift: tuple[int, int]) -> torch.Tensor:
-    """:func:`partition` of a channels-last ``[B, H, W, C]`` map."""
+def partition_last(x: torch.Tensor, window: tuple[int, int], shift: tuple[int, int], *,
+                   effective: bool = False) -> torch.Tensor:
+    """:func:`partition` of a channels-last ``[B, H, W, C]`` map. ``effective=True`` says ``shift`` is
+    already :func:`effective_shift`'s for this map (a module that knows its map size computes it once,
+    so a ``torch.jit.trace`` of it compares no traced sizes)."""
     batch, height, width, channels = x.shape
     wh, ww = window
     rows, cols = windows_along(height, wh), windows_along(width, ww)
-    shift = effective_shift(height, width, window, shift)
+    if not effective:
+        shift = effective_shift(height, width, window, shift)
     x = F.pad(x, (0, 0, 0, cols * ww - width, 0, rows * wh - height))
     if any(shift):
         x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
@@ -125,12 +129,13 @@ def merge(windows: torch.Tensor, window: tuple[int, int], shift: tuple[int, int]
 
 
 def merge_last(windows: torch.Tensor, window: tuple[int, int], shift: tuple[int, int], height: int,
-               width: int) -> torch.Tensor:
-    """:func:`merge` to a channels-last ``[B, H, W, C]`` map."""
+               width: int, *, effective: bool = False) -> torch.Tensor:
+    """:func:`merge` to a channels-last ``[B, H, W, C]`` map (``effective`` as in :func:`partition_last`)."""
     batch, _, _, channels = windows.shape
     wh, ww = window
     rows, cols = windows_along(height, wh), windows_along(width, ww)
-    shift = effective_shift(height, width, window, shift)
+    if not effective:
+        shift = effective_shift(height, width, window, shift)
     x = windows.reshape(batch, rows, cols, wh, ww, channels).permute(0, 1, 3, 2, 4, 5)
     x = x.reshape(batch, rows * wh, cols * ww, channels)
     if any(shift):
@@ -213,7 +218,7 @@ class ShiftedWindowSelfAttention(nn.Module):
     def attend(self, x: torch.Tensor) -> torch.Tensor:
         """The attention of a channels-last ``[B, H, W, C]`` map, returned channels-last."""
         batch, height, width, channels = x.shape
-        windows = partition_last(x, self.window, self.shift)  # [B, nW, N, C]
+        windows = partition_last(x, self.window, self.shift, effective=True)  # [B, nW, N, C]
         _, count, length, _ = windows.shape
         size = channels // self.heads
         tokens = windows.reshape(batch * count, length, channels)
@@ -225,7 +230,7 @@ class ShiftedWindowSelfAttention(nn.Module):
             scores = scores.view(batch * count, self.heads, length, length)
         mixed = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(batch * count, length, channels)
         out = self.proj(mixed).view(batch, count, length, channels)
-        return merge_last(out, self.window, self.shift, height, width)
+        return merge_last(out, self.window, self.shift, height, width, effective=True)
 
     def extra_repr(self) -> str:
         return f"heads={self.heads}, window={self.window}, shift={self.shift}, map=({self.height}, {self.width})"
