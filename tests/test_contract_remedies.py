@@ -164,9 +164,9 @@ def test_two_unpadded_convs_say_why_the_extent_is_28_and_which_padding_keeps_32(
     assert error.message == ("conv: H_out = floor((30 + 2*0 - 1*(3 - 1) - 1) / 1 + 1) = 28 from input extent 30 "
                              "(kernel_size 3, stride 1, padding 0, dilation 1), but out[2] must be 32")
     assert error.remedies == (
-        'The input extent is already 30, not 32: an operator before conv changed it (see the chain). To keep 32 '
-        'throughout, give every stride-1 convolution padding="same" (padding=dilation * (kernel_size - 1) // 2 for '
-        'an odd kernel).',
+        'The input extent is already 30, not 32: node n0 (conv) made it 30 (see the chain). To keep 32 throughout, '
+        'give every stride-1 convolution padding="same" (padding=dilation * (kernel_size - 1) // 2 for an odd '
+        'kernel).',
         "Give padding=2: H_out = floor((30 + 2*2 - 1*(3 - 1) - 1) / 1 + 1) = 32.")
     assert error.chain[0] == "node n0 (conv) relation: out[2] = 30"
     assert GENERIC not in error.remedies
@@ -183,9 +183,9 @@ def test_padding_same_on_a_strided_conv_is_refused_as_torch_refuses_it(images):
     assert error.code == "E_ARGUMENT" and "padding=1" in error.remedies[0]
 
 
-@pytest.mark.parametrize("source, node, line", [("linear(100)", "n0", 1), ("linear(100)\nrelu()\nlinear(100)", "n2", 3)])
-def test_a_literal_width_that_conflicts_with_the_contract_is_named_and_omitting_it_suggested(basic, source, node,
-                                                                                                line):
+@pytest.mark.parametrize("source, node, line", [("linear(100)", "n0", 1),
+                                                ("linear(100)\nrelu()\nlinear(100)", "n2", 3)])
+def test_a_literal_width_that_conflicts_with_the_contract_is_named_and_omitting_it_suggested(basic, source, node, line):
     """Item 3: the literal's node, argument and value, and the width the graph requires instead."""
     error = failure(lambda: hndl.resolve(source, input_shape=("B", 64), output_shape=("B", 10), registry=basic))
     assert error.code == "E_CONSTRAINT" and error.location.node == node

@@ -189,6 +189,12 @@ class Facts:
             self._proof[parent] = (child, why, actor)
         self._proof[a] = (b, reason, self.actor[0] if self.actor else None)
 
+    def fixed_by(self, var: int) -> Optional[str]:
+        """The node (``node n0 (conv)``) whose fact fixed the value of ``var``'s class; None when a
+        contract fixed it or it has no value."""
+        origin = self._origin.get(self.find(var)[0])
+        return None if origin is None or origin[3] is None else origin[3][0]
+
     def reason(self, var: int) -> Optional[str]:
         """The fact that fixed the value of ``var``'s class, if any."""
         return self._reason.get(self.find(var)[0])

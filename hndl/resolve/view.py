@@ -279,6 +279,14 @@ class NodeView:
             steps.extend(tensor.facts.explain(tensor.dims[index], premises=False))
         return tuple(dict.fromkeys(steps))
 
+    def fixed_by(self, port: str, index: int) -> Optional[str]:
+        """The node (``node n0 (conv)``) whose fact gave ``port[index]`` its value; None when an
+        input or output contract gave it (carried unchanged by equalities) or it is unknown."""
+        tensor = self._tensor(port, absent=True)
+        if tensor is None or tensor.dims is None or not -tensor.rank <= index < tensor.rank:
+            return None
+        return tensor.facts.fixed_by(tensor.dims[index])
+
     # -- helpers -------------------------------------------------------------------------
     def _tensor(self, port: str, absent: bool = False) -> Optional[TensorFacts]:
         """The facts of ``port``. An unbound optional port gives None where ``absent`` allows

@@ -116,3 +116,14 @@ def test_error_without_remedies_keeps_the_codes_default():
     error = fails(refuse)
     assert error.remedies == ("Change a literal or a contract so the declared relations agree.",)
     assert error.chain == ()
+
+
+def test_fixed_by_names_the_node_that_gave_an_extent_and_none_for_a_contract():
+    seen = {}
+
+    def record(s):
+        seen[s.shape("x")[1]] = s.fixed_by("x", 1)
+        seen["out"] = s.fixed_by("out", 1)
+
+    resolve("linear(4)\nrelu()\nprobe()", input_shape=("B", 2), output_shape=("B", 3), registry=registry_with(record))
+    assert seen == {4: "node n0 (linear)", "out": None}  # carried unchanged through relu; out from the contract

@@ -309,11 +309,12 @@ def window_mismatch(s, windows, failing: int, arguments: tuple[str, ...]) -> Non
             if all(window[2] == 1 for window in axes) and all(x[a] == out[a] for a, *_ in axes):
                 text += ' (padding="same" keeps every extent of a stride-1 convolution)'
             remedies.append(text + ".")
-        if extent < target and all(window[2] == 1 for window in axes) and _derived(s, axis):
-            remedies.insert(0, f"The input extent is already {extent}, not {target}: an operator before "
-                               f"{s.spec.alias} changed it (see the chain). To keep {target} throughout, give every "
-                               f'stride-1 convolution padding="same" (padding=dilation * (kernel_size - 1) // 2 '
-                               f"for an odd kernel).")
+        producer = s.fixed_by("x", axis)
+        if extent < target and all(window[2] == 1 for window in axes) and producer is not None:
+            remedies.insert(0, f"The input extent is already {extent}, not {target}: {producer} made it "
+                               f"{extent} (see the chain). To keep {target} throughout, give every stride-1 "
+                               f'convolution padding="same" (padding=dilation * (kernel_size - 1) // 2 for an odd '
+                               f"kernel).")
     if "stride" in arguments:
         for choice in dict.fromkeys((p, d * (k - 1) // 2)):
             strides = [fitting_stride(x[a], out[a], k_, choice, d_) for a, k_, _, _, d_ in axes]
@@ -325,11 +326,6 @@ def window_mismatch(s, windows, failing: int, arguments: tuple[str, ...]) -> Non
                             f"{conv_equation(extent, k, step, choice, d)}.")
             break
     s.error("E_CONSTRAINT", message, remedies=remedies, because=(("x", axis), ("out", axis)))
-
-
-def _derived(s, axis: int) -> bool:
-    """Whether axis ``axis`` of x was produced by an operator, not given by an input contract."""
-    return any(" relation: " in step or ") x: " in step or ") out: " in step for step in s.derivation(("x", axis)))
 
 
 def _output_symbol(s, axis: int) -> str:
