@@ -398,11 +398,11 @@ def test_eval_output_matches_diffusers_at_batch_2(model, reference):
 
 
 def test_the_saved_plan_and_state_restore_the_same_network(model, reference):
-    restored = restore(model.plan.to_json(), model.state_dict(), device="cpu").eval()  # a GraphModule
+    restored = restore(model.plan.to_json(), model.state_dict(), device="cpu").eval()  # called like network()'s model
     assert restored.plan.semantic_digest == model.plan.semantic_digest
     sample, timesteps = _inputs()
     with torch.no_grad():
-        ours = restored(sample=sample, timestep=timesteps[:, None])["output"]
+        ours = restored(sample, timestep=timesteps[:, None])
     torch.testing.assert_close(ours, reference(sample, timesteps).sample)
 
 

@@ -57,7 +57,8 @@ WORKER = textwrap.dedent(
     registry = hndl.Registry.from_packs(*json.loads(os.environ["HNDL_TEST_PACKS"]))
     with open(os.path.join(directory, "plan.json"), encoding="utf-8") as handle:
         text = handle.read()  # the plan arrives as JSON text and nothing else
-    model = restore(text, device="cpu", registry=registry, initialization_seed=int(os.environ["HNDL_TEST_SEED"]))
+    model = restore(text, device="cpu", registry=registry, initialization_seed=int(os.environ["HNDL_TEST_SEED"]),
+                    like="build")
     initial = {key: value.detach().clone() for key, value in model.state_dict().items()}
     dist.init_process_group("gloo", rank=rank, world_size=world)
     if os.environ["HNDL_TEST_ENGINE"] == "fsdp2":
@@ -162,7 +163,7 @@ def _check_engine(tmp_path, engine):
     ranks = _launch(tmp_path, engine)
 
     # single process, combined batch, same JSON, same seed
-    model = restore(text, device="cpu", registry=registry, initialization_seed=SEED)
+    model = restore(text, device="cpu", registry=registry, initialization_seed=SEED, like="build")
     initial = {key: value.detach().clone() for key, value in model.state_dict().items()}
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     optimizer.zero_grad()

@@ -432,7 +432,7 @@ def test_save_and_restore_after_a_partial_failure_loses_nothing(registry, tmp_pa
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp_path / "state.pt")
 
     saved = torch.load(tmp_path / "state.pt", weights_only=True)
-    restored = restore((tmp_path / "plan.json"), saved["model"], device="cpu", registry=registry)
+    restored = restore((tmp_path / "plan.json"), saved["model"], device="cpu", registry=registry, like="build")
     assert restored.plan.semantic_digest == model.plan.semantic_digest
     assert_same_state(snapshot(model), restored)
     resumed = torch.optim.Adam(restored.parameters(), lr=1e-2)
@@ -460,7 +460,7 @@ def test_restoring_a_state_broken_in_one_entry_fails_before_loading_and_the_live
         restore(model.plan.to_json(), broken, device="cpu", registry=registry)
     assert caught.value.code == "E_INTEGRITY"
     torch.testing.assert_close(model(x=x)["output"], expected, rtol=0, atol=0)
-    again = restore(model.plan.to_json(), state, device="cpu", registry=registry)
+    again = restore(model.plan.to_json(), state, device="cpu", registry=registry, like="build")
     torch.testing.assert_close(again(x=x)["output"], expected, rtol=0, atol=0)
 
 

@@ -62,7 +62,7 @@ def test_the_saved_plan_restores_byte_for_byte_and_builds_version_one():
     expected = F.avg_pool1d(x, 2, 2, 0, count_include_pad=False)
     torch.testing.assert_close(layer(x), expected, rtol=0, atol=0)
     torch.testing.assert_close(AvgPool1d(kernel_size=2, stride=2, count_include_pad=False)(x), expected, rtol=0, atol=0)
-    torch.testing.assert_close(model(x=torch.ones(2, 3, 9))["output"], torch.ones(2, 3, 2))
+    torch.testing.assert_close(model(torch.ones(2, 3, 9)), torch.ones(2, 3, 2))
 
 
 def test_the_version_one_alias_resolves_to_the_saved_node():

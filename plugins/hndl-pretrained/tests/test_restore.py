@@ -66,7 +66,7 @@ def test_restoring_a_built_model_rechecks_the_source(tmp_path, gpt2_dir, kit):
     plan = hndl.resolve(f'pretrained("{copy}")', **TEXT)
     model = build(plan, device="cpu")
     state = model.state_dict()
-    again = restore(plan.to_json(), state, device="cpu")
+    again = restore(plan.to_json(), state, device="cpu", like="build")  # built with build()
     x = torch.randint(0, 64, (2, 8))
     torch.testing.assert_close(again(x=x)["output"], model(x=x)["output"])
     (copy / "config.json").write_text((copy / "config.json").read_text() + "\n")
