@@ -288,3 +288,13 @@ def test_a_padding_string_is_an_argument_error_with_the_reason(padding):
     assert "torch's ConvTranspose2d has no padding strings" in error.value.message
     assert "kernel_size=4, stride=2, padding=1" in error.value.remedies[0]
     assert hndl.resolve("deconv(kernel_size=3, padding=1)", input_shape=("B", 4, 5, 5), output_shape=("B", 2, 5, 5))
+
+
+def test_torch_positional_order_is_refused_not_read_another_way():
+    """Issue 30 item 1's audit: torch's ConvTranspose2d(3, 8, 2, 2) is deconv(8, kernel_size=2, stride=2)."""
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve("deconv(3, 8, 2, 2)", input_shape=("B", 3, 4, 4), output_shape=("B", 8, 8, 8))
+    assert error.value.code == "E_ARGUMENT" and any("kernel_size=" in remedy for remedy in error.value.remedies)
+    plan = hndl.resolve("deconv(in_channels=3, out_channels=8, kernel_size=2, stride=2)", input_shape=("B", 3, 4, 4),
+                        output_shape=("B", 8, 8, 8))
+    assert plan.nodes[0].output_shapes["out"] == ("B", 8, 8, 8)

@@ -242,3 +242,14 @@ def test_one_value_per_channel_in_training_mode_is_a_runtime_error():
     plain = network("depthwise_separable_conv(4, stride=2)", input_shape=("B", 2, 2, 2), output_shape=("B", 4, 1, 1),
                     device="cpu")
     assert plain(torch.randn(1, 2, 2, 2)).shape == (1, 4, 1, 1)
+
+
+def test_torch_positional_order_is_refused_not_read_another_way():
+    """Issue 30 item 1's audit: a SeparableConv2d(in, out, kernel_size)-style call is refused; the HNDL
+    spelling is depthwise_separable_conv(16, kernel_size=3), in_channels inferred or checked by keyword."""
+    with pytest.raises(HNDLError) as error:
+        hndl.resolve("depthwise_separable_conv(3, 16, 3)", input_shape=("B", 3, 8, 8), output_shape=("B", 16, 8, 8))
+    assert error.value.code == "E_ARGUMENT" and any("kernel_size=" in remedy for remedy in error.value.remedies)
+    plan = hndl.resolve("depthwise_separable_conv(16, kernel_size=3, in_channels=3)", input_shape=("B", 3, 8, 8),
+                        output_shape=("B", 16, 8, 8))
+    assert (plan.nodes[0].args["in_channels"], plan.nodes[0].args["out_channels"]) == (3, 16)
