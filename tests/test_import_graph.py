@@ -186,3 +186,76 @@ def test_the_generated_programs_never_import_the_graph_module():
     graph = import_graph()
     assert "hndl.torch.programs" in graph["hndl.torch.graph_module"]
     assert "hndl.torch.graph_module" not in graph["hndl.torch.programs"]
+
+
+#: What importing HNDL must not import (issue 30, item 7): the compiler stack, which
+#: ``torch.compiler.disable`` and friends import on first use (about 1.2 s of CPU, for every
+#: `hndl` command), and the model libraries. They belong inside the functions that compile,
+#: trace or load a pretrained model; tests/cli/test_cli_imports.py checks the same at run time.
+HEAVY_AT_IMPORT = (
+    "torch._dynamo", "torch._inductor", "torch.onnx", "torch.compiler.disable", "torch.compiler.allow_in_graph",
+    "torch.compiler.assume_constant_result", "torch.compile", "sympy", "triton", "transformers", "timm",
+    "torchvision", "diffusers", "safetensors", "huggingface_hub",
+)
+PACKAGES = (PACKAGE, *sorted(PACKAGE.parent.glob("plugins/*/hndl_*")))
+
+
+def _dotted(node: ast.AST) -> str:
+    """``torch.compiler.disable`` for that attribute chain; "" for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _heavy(name: str) -> bool:
+    return any(name == heavy or name.startswith(heavy + ".") for heavy in HEAVY_AT_IMPORT)
+
+
+def import_time_uses(source: str) -> list[tuple[int, str]]:
+    """(line, name) of each heavy module imported, or heavy API touched, while the module is imported:
+    at module level and in class bodies, decorators and default values, not in function bodies."""
+    found = []
+    todo = list(ast.parse(source).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            todo.extend(node.decorator_list)
+            todo.extend(node.args.defaults)
+            todo.extend(default for default in node.args.kw_defaults if default is not None)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if _heavy(alias.name)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names
+                      if _heavy(node.module) or _heavy(f"{node.module}.{alias.name}")]
+        elif isinstance(node, ast.Attribute) and _heavy(_dotted(node)):
+            found.append((node.lineno, _dotted(node)))
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return sorted(found)
+
+
+def test_the_import_time_walker_skips_function_bodies_only():
+    source = (
+        "import torch\nimport sympy\nfrom transformers import AutoModel\nfrom torch._dynamo import config\n"
+        "fail = torch.compiler.disable(print)\nsafe = torch.compiler.is_compiling\n"
+        "@torch._dynamo.disable\ndef f(x=torch.compile):\n    import timm\n    return torch._dynamo.config\n"
+        "class C:\n    probe = torch._dynamo.assume_constant_result(len)\n    def g(self):\n        import triton\n"
+    )
+    assert import_time_uses(source) == [
+        (2, "sympy"), (3, "transformers.AutoModel"), (4, "torch._dynamo.config"), (5, "torch.compiler.disable"),
+        (7, "torch._dynamo.disable"), (8, "torch.compile"), (12, "torch._dynamo.assume_constant_result"),
+    ]
+
+
+def test_importing_hndl_and_its_packs_touches_no_compiler_or_model_library():
+    found = {
+        str(path.relative_to(PACKAGE.parent)): uses
+        for package in PACKAGES for path in sorted(package.rglob("*.py"))
+        if (uses := import_time_uses(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, f"import-time uses of heavy modules (move them into the functions that need them): {found}"
