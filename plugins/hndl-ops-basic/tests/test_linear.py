@@ -7,6 +7,7 @@ import torch.nn.functional as F
 import hndl
 from hndl import HNDLError
 from hndl.declaration import spec_of
+from hndl.testing import check_operator
 from hndl.torch import network
 from hndl_ops_basic.linear import Linear
 
@@ -112,3 +113,7 @@ def test_torch_positional_order_is_refused_not_read_another_way():
     with pytest.raises(HNDLError) as checked:  # torch's in_features, given by keyword, is checked
         hndl.resolve("linear(64, in_features=100)", input_shape=("B", 128), output_shape=("B", 64))
     assert checked.value.code == "E_CONSTRAINT"
+
+
+def test_the_public_harness_passes():
+    check_operator(Linear)

@@ -9,6 +9,7 @@ from torch import nn
 import hndl
 from hndl import HNDLError
 from hndl.declaration import spec_of
+from hndl.testing import check_operator
 from hndl.torch import network
 from hndl_ops_vision.conv import Conv
 
@@ -389,3 +390,7 @@ def test_torch_keywords_mean_torchs_meaning_and_a_wrong_in_channels_is_named():
     assert error.code == "E_CONSTRAINT"
     assert error.remedies == ("Omit in_channels=4 at node n0 (conv, line 1): the rest of the graph requires "
                               "in_channels 3 there, and an omitted in_channels is inferred from the tensor it reads.",)
+
+
+def test_the_public_harness_passes():
+    check_operator(Conv)

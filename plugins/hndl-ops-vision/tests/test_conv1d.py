@@ -10,6 +10,7 @@ from torch import nn
 import hndl
 from hndl import HNDLError
 from hndl.declaration import spec_of
+from hndl.testing import check_operator
 from hndl.torch import network
 from hndl_ops_vision.conv1d import Conv1d
 
@@ -234,3 +235,7 @@ def test_torch_positional_order_is_refused():
     """torch's Conv1d(4, 16, 3) is conv1d(16, kernel_size=3); conv1d(4, 16, 3) never means another thing."""
     error = _fails("conv1d(4, 16, 3)", ("B", 4, 10), ("B", 16, 8))
     assert error.code == "E_ARGUMENT" and any("kernel_size=" in remedy for remedy in error.remedies)
+
+
+def test_the_public_harness_passes():
+    check_operator(Conv1d)

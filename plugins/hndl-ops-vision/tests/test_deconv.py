@@ -10,6 +10,7 @@ from torch import nn
 import hndl
 from hndl import HNDLError
 from hndl.declaration import spec_of
+from hndl.testing import check_operator
 from hndl.torch import network
 from hndl_ops_vision.deconv import Deconv
 
@@ -298,3 +299,7 @@ def test_torch_positional_order_is_refused_not_read_another_way():
     plan = hndl.resolve("deconv(in_channels=3, out_channels=8, kernel_size=2, stride=2)", input_shape=("B", 3, 4, 4),
                         output_shape=("B", 8, 8, 8))
     assert plan.nodes[0].output_shapes["out"] == ("B", 8, 8, 8)
+
+
+def test_the_public_harness_passes():
+    check_operator(Deconv)
