@@ -129,6 +129,12 @@ def restore(
     if state_dict is not None and not isinstance(state_dict, Mapping):
         raise HNDLError("E_SCHEMA", f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}",
                         field="state_dict")
+    if state_dict is not None and _is_meta(device):
+        raise HNDLError(
+            "E_ARGUMENT", "a state dictionary cannot be loaded on the meta device, which holds no values",
+            field="device",
+            remedies=("Restore without state_dict on meta, then model.to_empty(device=...) and "
+                      "hndl.torch.load_state(model, state_dict); or restore on the device that holds the values.",))
     if module_class is None:
         module = build(plan, device=device, initialization_seed=initialization_seed, registry=registry, limits=limits)
     else:
@@ -137,6 +143,14 @@ def restore(
     if state_dict is not None:
         load_state(module, state_dict)
     return module
+
+
+def _is_meta(device: Any) -> bool:
+    """Whether ``device`` names the meta device (anything unparsable is left to the build's check)."""
+    try:
+        return torch.device(device).type == "meta"
+    except (RuntimeError, TypeError):
+        return False
 
 
 def _module_class(like: Any) -> Optional[type]:

@@ -897,3 +897,13 @@ def test_a_metadata_prefix_holding_a_terminal_escape_or_a_megabyte_is_shown_esca
         with raises("E_SCHEMA") as error:
             check_state(build(plan, device="cpu"), state)
         assert _without_controls(str(error.value)) and len(str(error.value)) < 2_000
+
+
+def test_a_state_dictionary_is_refused_on_the_meta_device_instead_of_loading_nothing():
+    model = hndl.torch.network("linear(4)", input_shape=("B", 3), output_shape=("B", 4), device="cpu")
+    with pytest.raises(HNDLError) as caught:
+        restore(model.plan.to_json(), model.state_dict(), device="meta")
+    assert caught.value.code == "E_ARGUMENT" and caught.value.location.field == "device"
+    assert "to_empty" in caught.value.remedies[0]
+    empty = restore(model.plan.to_json(), device="meta")
+    assert all(tensor.is_meta for tensor in empty.state_dict().values())
