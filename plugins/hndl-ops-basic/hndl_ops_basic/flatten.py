@@ -22,9 +22,13 @@ def _relation(s) -> None:
     examples=(Example("flatten()", ("B", 3, 4, 4), ("B", 48)),),
     reference=lambda module: (lambda x: torch.reshape(x, (x.shape[0], -1))),
 )
-class Flatten(nn.Module):
+class Flatten(nn.Flatten):
     """Combines every non-batch dimension into a single feature axis, giving [B, F]. The
-    batch axis is preserved, symbolic or not."""
+    batch axis is preserved, symbolic or not.
 
-    def forward(self, x):
-        return x.flatten(1)
+    The built node is torch's own `nn.Flatten()` (`start_dim=1, end_dim=-1`; `type(node) is
+    nn.Flatten`), so tools that look layers up by type see the layer a handwritten model has.
+    No parameters, no buffers, identical in train and eval mode."""
+
+    def __init__(self) -> None:
+        super().__init__(start_dim=1, end_dim=-1)

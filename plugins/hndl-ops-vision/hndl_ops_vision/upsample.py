@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
@@ -20,7 +19,7 @@ def _relation(s) -> None:
 
 def _reference(module):
     """Nearest neighbour written out: output pixel (i, j) repeats input pixel (i // s, j // s)."""
-    factor = module.scale_factor
+    factor = int(module.scale_factor)  # nn.Upsample keeps the factor as a float
     return lambda x: x.repeat_interleave(factor, dim=2).repeat_interleave(factor, dim=3)
 
 
@@ -45,7 +44,7 @@ def _reference(module):
     ),
     reference=_reference,
 )
-class Upsample(nn.Module):
+class Upsample(nn.Upsample):
     """Nearest-neighbour upsampling by an explicit integer `scale_factor` on both spatial
     axes: `out[b, c, i, j] = x[b, c, i // s, j // s]`, so `H_out = s * H` and `W_out = s * W`
     exactly. The relation is an exact integer scale in both directions: a known output fixes
@@ -60,15 +59,12 @@ class Upsample(nn.Module):
     **Torch spelling.** torch's `nn.Upsample(scale_factor=2)` is `upsample(2)` or
     `upsample(scale_factor=2)`. There is no `size` argument (torch's first positional one): the
     output size follows from the scale, and `upsample(size=...)` is refused naming
-    `upsample(scale_factor=...)`."""
+    `upsample(scale_factor=...)`.
 
-    def __init__(self, *, scale_factor, mode="nearest") -> None:
-        super().__init__()
-        self.scale_factor = scale_factor
-        self.mode = mode
+    **Torch's own class.** The built node is `nn.Upsample(scale_factor=float(s), mode="nearest")`
+    (`type(node) is nn.Upsample`, which keeps the factor as a float), computing the same
+    `F.interpolate` call, so tools that look layers up by type see the layer a handwritten
+    model has."""
 
-    def forward(self, x):
-        return F.interpolate(x, scale_factor=float(self.scale_factor), mode=self.mode)
-
-    def extra_repr(self) -> str:
-        return f"scale_factor={self.scale_factor}, mode={self.mode!r}"
+    def __init__(self, *, scale_factor: int, mode: str = "nearest") -> None:
+        super().__init__(scale_factor=float(scale_factor), mode=mode)
