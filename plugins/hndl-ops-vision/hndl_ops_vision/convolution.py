@@ -325,6 +325,15 @@ def window_mismatch(s, windows, failing: int, arguments: tuple[str, ...]) -> Non
             remedies.append(f"Give stride={_written(strides)}{padding}: {symbol} = "
                             f"{conv_equation(extent, k, step, choice, d)}.")
             break
+    keeps = all(x[a] == out[a] for a, *_ in axes)
+    if keeps and not remedies and isinstance(s.spec.args.get("padding"), Padding):
+        stride = "" if all(window[2] == 1 for window in axes) else "stride=1, "
+        remedies.append(f'Give {stride}padding="same": a stride-1 convolution then keeps every extent, even with '
+                        f"kernel_size {k} (torch pads dilation * (kernel_size - 1) zeros, the odd one after).")
+    if s.policy is not None:  # the policy supplies these arguments: writing one beside it is a conflict
+        name = next((key for key, policy in s.spec.policies.items() if policy.identity == s.policy), s.policy)
+        remedies = [f'Drop policy="{name}" and g{text[1:]}' if text.startswith("Give ") else text
+                    for text in remedies]
     s.error("E_CONSTRAINT", message, remedies=remedies, because=(("x", axis), ("out", axis)))
 
 

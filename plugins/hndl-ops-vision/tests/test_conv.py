@@ -394,3 +394,19 @@ def test_torch_keywords_mean_torchs_meaning_and_a_wrong_in_channels_is_named():
 
 def test_the_public_harness_passes():
     check_operator(Conv)
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
+def test_an_even_kernel_that_cannot_keep_the_extent_with_numbers_is_told_padding_same():
+    error = _fails("conv(16, kernel_size=4)", ("B", 3, 16, 16), ("B", 16, 16, 16))
+    assert error.remedies[0].startswith('Give padding="same": a stride-1 convolution then keeps every extent')
+    model = network('conv(16, kernel_size=4, padding="same")', input_shape=("B", 3, 16, 16),
+                    output_shape=("B", 16, 16, 16), device="cpu")
+    assert model(torch.randn(1, 3, 16, 16)).shape == (1, 16, 16, 16)
+
+
+def test_a_policy_miss_says_to_drop_the_policy():
+    error = _fails('conv(16, policy="down2")', ("B", 3, 16, 16), ("B", 16, 16, 16))
+    assert error.remedies == ('Drop policy="down2" and give stride=1, padding="same": a stride-1 convolution then '
+                              "keeps every extent, even with kernel_size 4 (torch pads dilation * (kernel_size - 1) "
+                              "zeros, the odd one after).",)
