@@ -257,11 +257,17 @@ def conv_equation(extent: int, k: int, s: int, p: int, d: int) -> str:
 
 
 def fitting_padding(extent: int, target: int, k: int, s: int, d: int) -> Optional[int]:
-    """The smallest padding, at most the full span d(k - 1), that gives ``target`` from ``extent``."""
-    for p in range(d * (k - 1) + 1):
-        if conv_output(extent, k, s, p, d) == target:
-            return p
-    return None
+    """The smallest padding, at most the full span d(k - 1), that gives ``target`` from ``extent``.
+
+    Closed form (no search, whatever the kernel): the output is ``target`` exactly when
+    ``2p`` lies in ``[(target - 1)s - extent + d(k - 1) + 1, target * s - extent + d(k - 1)]``.
+    """
+    span = d * (k - 1)
+    low = (target - 1) * s - extent + span + 1
+    padding = max(0, -(-low // 2))
+    if target < 1 or padding > min(span, MAX_EXTENT) or 2 * padding > target * s - extent + span:
+        return None
+    return padding
 
 
 def fitting_stride(extent: int, target: int, k: int, p: int, d: int) -> Optional[int]:
@@ -273,7 +279,7 @@ def fitting_stride(extent: int, target: int, k: int, p: int, d: int) -> Optional
     if target < 2 or span < 0:
         return None
     stride = span // target + 1
-    return stride if conv_output(extent, k, stride, p, d) == target else None
+    return stride if stride <= MAX_EXTENT and conv_output(extent, k, stride, p, d) == target else None
 
 
 def _written(values: list[int]) -> str:

@@ -410,3 +410,14 @@ def test_a_policy_miss_says_to_drop_the_policy():
     assert error.remedies == ('Drop policy="down2" and give stride=1, padding="same": a stride-1 convolution then '
                               "keeps every extent, even with kernel_size 4 (torch pads dilation * (kernel_size - 1) "
                               "zeros, the odd one after).",)
+
+
+def test_the_fitting_padding_is_the_smallest_that_works_and_costs_nothing_for_huge_kernels():
+    from hndl_ops_vision.convolution import conv_output, fitting_padding
+
+    for extent, target, k, s, d in [(e, t, k, s, d) for e in range(1, 12) for t in range(1, 14) for k in (1, 2, 3, 5)
+                                    for s in (1, 2, 3) for d in (1, 2)]:
+        brute = next((p for p in range(d * (k - 1) + 1) if conv_output(extent, k, s, p, d) == target), None)
+        assert fitting_padding(extent, target, k, s, d) == brute
+    error = _fails("conv(4, kernel_size=2147483647, dilation=2147483647)", ("B", 2, 8, 8), ("B", 4, 8, 8))
+    assert error.code == "E_CONSTRAINT" and len(str(error)) < 1000
