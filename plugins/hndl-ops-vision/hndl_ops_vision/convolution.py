@@ -331,7 +331,7 @@ def window_mismatch(s, windows, failing: int, arguments: tuple[str, ...]) -> Non
             remedies.append(f"Give stride={_written(strides)}{padding}: {symbol} = "
                             f"{conv_equation(extent, k, step, choice, d)}.")
             break
-    keeps = all(x[a] == out[a] for a, *_ in axes)
+    keeps = all(x[a] == out[a] and d_ * (k_ - 1) <= x[a] for a, k_, _, _, d_ in axes)  # kernels within the input
     if keeps and not remedies and isinstance(s.spec.args.get("padding"), Padding):
         stride = "" if all(window[2] == 1 for window in axes) else "stride=1, "
         remedies.append(f'Give {stride}padding="same": a stride-1 convolution then keeps every extent, even with '
