@@ -322,14 +322,17 @@ def window_mismatch(s, windows, failing: int, arguments: tuple[str, ...]) -> Non
                                f'convolution padding="same" (padding=dilation * (kernel_size - 1) // 2 for an odd '
                                f"kernel).")
     if "stride" in arguments:
-        for choice in dict.fromkeys((p, d * (k - 1) // 2)):
-            strides = [fitting_stride(x[a], out[a], k_, choice, d_) for a, k_, _, _, d_ in axes]
-            step = None if None in strides else strides[[window[0] for window in axes].index(axis)]
+        current = [p_ for _, _, _, p_, _ in axes]
+        centring = [d_ * (k_ - 1) // 2 for _, k_, _, _, d_ in axes]
+        for pads in (current, centring) if centring != current else (current,):
+            strides = [fitting_stride(x[a], out[a], k_, pad, d_) for (a, k_, _, _, d_), pad in zip(axes, pads)]
+            here = [window[0] for window in axes].index(axis)
+            step = None if None in strides else strides[here]
             if step is None or (step == st and "padding" in arguments):
                 continue  # no stride fits, or the padding remedy already says it
-            padding = "" if choice == p else f", padding={choice}"
+            padding = "" if pads is current else f", padding={_written(pads)}"
             remedies.append(f"Give stride={_written(strides)}{padding}: {symbol} = "
-                            f"{conv_equation(extent, k, step, choice, d)}.")
+                            f"{conv_equation(extent, k, step, pads[here], d)}.")
             break
     keeps = all(x[a] == out[a] and d_ * (k_ - 1) <= x[a] for a, k_, _, _, d_ in axes)  # kernels within the input
     if keeps and not remedies and isinstance(s.spec.args.get("padding"), Padding):

@@ -421,3 +421,13 @@ def test_the_fitting_padding_is_the_smallest_that_works_and_costs_nothing_for_hu
         assert fitting_padding(extent, target, k, s, d) == brute
     error = _fails("conv(4, kernel_size=2147483647, dilation=2147483647)", ("B", 2, 8, 8), ("B", 4, 8, 8))
     assert error.code == "E_CONSTRAINT" and len(str(error)) < 1000
+
+
+@pytest.mark.parametrize("source, target", [("conv(4, kernel_size=(3, 5))", (16, 16)),
+                                            ("conv(4, kernel_size=3, padding=(1, 0))", (16, 15)),
+                                            ("conv(4, kernel_size=(3, 5), dilation=(1, 2))", (32, 32))])
+def test_per_axis_remedies_resolve_when_written_in(source, target):
+    """A remedy gives each axis its own padding (a pair when they differ) and resolves as written."""
+    error = _fails(source, ("B", 2, 32, 32), ("B", 4, *target))
+    fix = error.remedies[0].split(":")[0].removeprefix("Give ")
+    assert hndl.resolve(source[:-1] + f", {fix})", input_shape=("B", 2, 32, 32), output_shape=("B", 4, *target))
