@@ -30,7 +30,7 @@ def test_packs_lists_every_installed_pack_and_operator(cli):
         assert rows == [[spec.alias, spec.qualified, spec.summary] for spec in specs]
     assert sections["basic"][0].startswith("basic  (hndl-ops-basic ")
     assert any(line.split()[:2] == ["linear", "linear@1"] for line in sections["basic"])
-    assert any(line.split()[:2] == ["conv", "conv2d@1"] for line in sections["vision"])
+    assert any(line.split()[:2] == ["conv", "conv2d@2"] for line in sections["vision"])
     assert any(line.split()[:2] == ["attention", "attention@2"] for line in sections["transformer"])
 
 
