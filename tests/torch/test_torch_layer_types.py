@@ -44,7 +44,8 @@ conv1d(4, kernel_size=1)
 batch_norm1d(momentum=0.3)
 """
 
-#: Declared classes that subclass a torch layer but keep a forward of their own, and why.
+#: Declared classes that subclass a torch layer but keep a forward of their own, and why. (channel_shuffle
+#: is not a subclass of ``nn.ChannelShuffle`` at all: see its test below.)
 OWN_FORWARD = {
     "hardsigmoid": "torch's fused hardsigmoid has no second derivative; the node's hardtanh form has one",
     "channel_layer_norm": "a LayerNorm over the channel axis of [B, C, H, W]: it moves the channels last and back",
@@ -125,6 +126,22 @@ def test_every_declared_subclass_of_a_torch_layer_builds_as_it_or_keeps_a_record
             assert "forward" in vars(spec.cls), spec.alias
             continue
         assert torch_layer(spec.cls) is torch_bases[0], f"{spec.alias} builds as {spec.cls}, not {torch_bases[0]}"
+
+
+def test_channel_shuffle_keeps_a_form_the_classic_onnx_exporter_converts():
+    import io
+    import warnings
+
+    from torch.onnx.errors import UnsupportedOperatorError
+
+    model = network("channel_shuffle(3)", input_shape=("B", 6, 2, 2), output_shape=("B", 6, 2, 2), device="cpu")
+    x = torch.randn(2, 6, 2, 2)
+    assert torch.equal(model(x), nn.ChannelShuffle(3)(x))  # the same values as torch's layer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), io.BytesIO(), dynamo=False)
+        with pytest.raises(UnsupportedOperatorError, match="channel_shuffle"):
+            torch.onnx.export(nn.ChannelShuffle(3), (x,), io.BytesIO(), dynamo=False)
 
 
 # -- fusion ------------------------------------------------------------------------------------------

@@ -70,7 +70,11 @@ class ChannelShuffle(nn.Module):
     `groups=2` becomes `[0, 3, 1, 4, 2, 5]`. Spatial positions and values are untouched; the
     gradient is the inverse permutation. `C` must be divisible by `groups` (E_CONSTRAINT at
     resolution); `groups=1` is the identity. The shape passes through unchanged, so channels
-    infer in both directions. No parameters; identical in train and eval mode."""
+    infer in both directions. No parameters; identical in train and eval mode.
+
+    The node computes the permutation as that reshape and transpose rather than being torch's
+    `nn.ChannelShuffle` (the same values): the classic ONNX exporter (`dynamo=False`) has no
+    conversion for `aten::channel_shuffle`, and no torch tool keys on that class."""
 
     def __init__(self, *, groups: int) -> None:
         super().__init__()
