@@ -89,7 +89,9 @@ STATE_REMEDY = (
     "HNDL fixes every parameter, buffer and submodule when it builds a plan, so state added or "
     "removed later is not trained, seeded or saved as the plan describes; create it in __init__; to "
     "change how a node computes, register a parametrization (torch.nn.utils.parametrize) or a forward "
-    "hook on its module; or resolve and build a new plan to change the architecture"
+    "hook on its module; to restructure the model with a tool (peft, activation checkpointing, "
+    "convert_sync_batchnorm, fuse_modules), call hndl.torch.unsealed(model) first and edit that; or resolve "
+    "and build a new plan to change the architecture"
 )
 SCRIPT_REMEDY = (
     "Use torch.export.export(model, (x,), dynamic_shapes=...) for a deployable graph (TorchScript is in "
