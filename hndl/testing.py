@@ -219,7 +219,7 @@ class _ReferenceProbe:
 
 
 def _run(plan: ResolvedPlan, spec: OperatorSpec, registry: Registry, device: str, where: str) -> None:
-    from .torch import build  # hndl.torch (and torch._dynamo with it) loads only once an example runs
+    from .torch import build  # hndl.torch loads only once an example runs
 
     model = build(plan, device=device, registry=registry, initialization_seed=0)
     generator = torch.Generator().manual_seed(0)

@@ -50,4 +50,6 @@ def hook_probe(module: nn.Module) -> Callable[[], Optional[bool]]:
             return None
         return hooks_registered(reference())
 
-    return torch._dynamo.assume_constant_result(hooks_while_tracing)
+    # What torch._dynamo.assume_constant_result does, without importing the compiler stack into every build.
+    hooks_while_tracing._dynamo_marked_constant = True
+    return hooks_while_tracing

@@ -43,6 +43,9 @@ for label, kind, payload in json.loads(sys.argv[1]):
     if kind == "import":
         __import__(payload)
         status = 0
+    elif kind == "exec":
+        exec(payload, {})
+        status = 0
     else:
         from hndl.cli import main
         with contextlib.redirect_stdout(io.StringIO()):
@@ -75,6 +78,20 @@ def test_importing_hndl_and_its_torch_backend_loads_no_compiler():
     assert loaded == {
         "import hndl": [0, []], "import hndl.torch": [0, []], "import hndl.cli": [0, []],
     }, "hndl imports heavy modules at import time (import them where compiling or tracing needs them)"
+
+
+def test_building_and_calling_a_network_loads_no_compiler():
+    """The hook probe each build installs marks itself constant for dynamo by the attribute
+    ``torch._dynamo.assume_constant_result`` sets, without importing dynamo to call it."""
+    loaded = _probe([
+        ["build", "exec", "from hndl.torch import network\n"
+                          "model = network('linear(4)\\nrelu()', input_shape=('B', 3), output_shape=('B', 4), "
+                          "device='cpu')"],
+        ["call", "exec", "import torch\nfrom hndl.torch import network\n"
+                         "network('linear(4)', input_shape=('B', 3), output_shape=('B', 4), device='cpu')"
+                         "(torch.randn(2, 3)).sum().backward()"],
+    ])
+    assert loaded == {"build": [0, []], "call": [0, []]}
 
 
 def test_every_hndl_command_runs_without_loading_a_compiler_or_model_library(tmp_path):
