@@ -17,6 +17,13 @@ def test_declaration():
     assert spec.category == "shape"
 
 
+def test_the_node_is_nn_flatten_with_its_values():
+    model = network("flatten()", input_shape=("B", 3, 4, 4), output_shape=("B", 48), device="cpu")
+    assert type(model.nodes.n_n0) is torch.nn.Flatten  # torch's own layer, as type-keyed tools expect
+    x = torch.randn(2, 3, 4, 4)
+    assert torch.equal(model(x), torch.nn.Flatten()(x))
+
+
 def test_rank_four_flattens_to_features():
     plan = hndl.resolve("flatten()", input_shape=("B", 3, 4, 4), output_shape=("B", 48))
     node = plan.nodes[0]

@@ -123,6 +123,18 @@ def test_state_is_that_of_nn_batchnorm2d():
     layer.load_state_dict(nn.BatchNorm2d(4).state_dict())
 
 
+def test_the_node_is_nn_batchnorm2d_and_momentum_none_is_the_cumulative_average():
+    model, layer = _built()
+    assert type(layer) is nn.BatchNorm2d  # type-keyed tools (fusion, update_bn, opacus) see torch's layer
+    reference = nn.BatchNorm2d(4, momentum=None)
+    layer.momentum = None  # what torch.optim.swa_utils.update_bn sets
+    for seed in range(3):
+        x = torch.randn(3, 4, 5, 6, generator=torch.Generator().manual_seed(seed)) * (seed + 1)
+        torch.testing.assert_close(model(x), reference(x))
+    torch.testing.assert_close(layer.running_var, reference.running_var)
+    torch.testing.assert_close(layer.running_mean, reference.running_mean)
+
+
 @pytest.mark.parametrize("affine", ["True", "False"])
 def test_constant_input_is_finite_forward_and_backward(affine):
     model, layer = _built(f"batch_norm(affine={affine})")

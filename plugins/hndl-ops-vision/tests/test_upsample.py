@@ -71,6 +71,7 @@ def test_numerics_against_nn_upsample_and_the_pixel_repetition(factor, size):
     model = network(f"upsample({factor})", input_shape=("B", 3, *size),
                     output_shape=("B", 3, factor * size[0], factor * size[1]), device="cpu")
     layer = model.nodes.n_n0
+    assert type(layer) is nn.Upsample and layer.scale_factor == float(factor)  # torch's own layer
     reference = nn.Upsample(scale_factor=factor, mode="nearest")
     x = torch.randn(2, 3, *size, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_(True)
