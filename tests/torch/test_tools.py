@@ -493,3 +493,28 @@ def test_onnx_export_with_a_dynamic_batch_runs_in_onnxruntime_like_the_handwritt
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(expected, twin(x), rtol=1e-4, atol=1e-5)
     capsys.readouterr()  # the dynamo exporter reports its progress on stdout
+
+
+@pytest.mark.parametrize("source, input_shape, output_shape", [
+    ("linear(24)\npositional_embedding()\nlinear()", ("B", 10, 16), ("B", 10, 16)),
+    ("positional_embedding(max_length=32)", ("B", 10, 16), ("B", 10, 16)),
+    ("window_partition(4)", ("B", 8, 8, 8), ("B", 4, 16, 8)),
+    ("window_partition((2, 3))\nwindow_merge((2, 3))\nconv(kernel_size=1)", ("B", 3, 5, 5), ("B", 3, 5, 5)),
+], ids=["positional_embedding", "positional_embedding-max_length", "window_partition", "window_merge"])
+def test_the_classic_onnx_exporter_traces_these_operators_without_hndl_warnings(source, input_shape, output_shape,
+                                                                                tmp_path):
+    """Each compared a traced size in Python (a TracerWarning: "the trace might not generalize"):
+    positional_embedding its table's length, the window operators an unshifted axis's extent (a shifted
+    window_partition, which learns the map size only from its input, still does)."""
+    model = network(source, input_shape=input_shape, output_shape=output_shape, device="cpu",
+                    initialization_seed=0).eval()
+    x = torch.randn(3, *input_shape[1:], generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _export(model, x, tmp_path / "model.onnx", "classic")
+    assert hndl_warnings(caught) == []
+    session = _session(tmp_path / "model.onnx")
+    for batch in (1, 5):
+        x = torch.randn(batch, *input_shape[1:], generator=torch.Generator().manual_seed(batch))
+        got = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)

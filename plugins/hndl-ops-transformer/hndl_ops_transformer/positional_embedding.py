@@ -98,10 +98,12 @@ class PositionalEmbedding(nn.Module):
         self.length = length
         self.weight = nn.Parameter(torch.empty(check_max_length(length, max_length), embedding_dim))
         nn.init.normal_(self.weight, std=0.02)
+        # Decided here, not from weight.shape in forward: a torch.jit.trace compares no traced sizes.
+        self.sliced = self.weight.shape[0] != length
 
     def forward(self, x):
         table = self.weight
-        if table.shape[0] != self.length:
+        if self.sliced:
             table = table[: self.length]
         return x + table
 

@@ -70,7 +70,7 @@ def window_count(height: int, width: int, window: tuple[int, int]) -> int:
 def effective_shift(height: int, width: int, window: tuple[int, int], shift: tuple[int, int]) -> tuple[int, int]:
     """The shift actually applied: 0 along an axis whose padded extent is at most one window."""
     padded = (windows_along(height, window[0]) * window[0], windows_along(width, window[1]) * window[1])
-    return tuple(0 if window[axis] >= padded[axis] else shift[axis] for axis in range(2))
+    return tuple(0 if not shift[axis] or window[axis] >= padded[axis] else shift[axis] for axis in range(2))
 
 
 def window_relation(s, map_port: str, windows_port: str) -> None:
