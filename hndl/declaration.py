@@ -47,6 +47,7 @@ __all__ = [
     "Arg",
     "Example",
     "Policy",
+    "TorchSpelling",
     "OperatorSpec",
     "operator",
     "spec_of",
@@ -71,6 +72,9 @@ MAX_SYMBOLS = 64
 MAX_NAME_CHARS = 64
 MAX_CATEGORY_CHARS = 32
 MAX_VERSION = 2**31 - 1
+#: Bounds of a torch spelling (:class:`TorchSpelling`): its texts, and its names and keywords.
+MAX_TORCH_TEXT_CHARS = 500
+MAX_TORCH_ENTRIES = 32
 
 #: The attribute (in the class's own ``__dict__``) that holds a class's declaration.
 SPEC_ATTRIBUTE = "__hndl_operator__"
@@ -154,6 +158,133 @@ class Policy:
 
 
 # --------------------------------------------------------------------------------------
+# TorchSpelling
+# --------------------------------------------------------------------------------------
+
+_TORCH_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class TorchSpelling:
+    """How torch (or torchvision, timm, diffusers) writes an operator, declared with
+    ``operator(..., torch=TorchSpelling(...))``; the binder's torch-habit remedies read it.
+
+    - ``signature``: torch's call, e.g. ``"nn.LayerNorm(normalized_shape, eps=1e-05)"``.
+    - ``hint``: the remedy naming the HNDL spelling, offered when a call gives more positional
+      values than the operator takes (and with a ``width_first`` refusal).
+    - ``width_first``: the operator's first positional argument is a float where torch's first
+      positional argument is an integer width: an integer there (``layer_norm(64)``) is refused as a
+      transcribed width instead of being read as ``eps=64.0``. The first positional argument must be
+      declared ``float``.
+    - ``names``: torch (or paper) names that mean this operator: a tuple (each answered with
+      ``call``) or a mapping name -> call. An unknown name matching one (case-insensitively, also
+      snake-cased: ``BatchNorm2d`` -> ``batch_norm2d``) is told ``HNDL calls silu swish: write swish().``
+    - ``call``: how to call the operator in that remedy, e.g. ``"swish()"`` (default ``alias(...)``).
+    - ``keywords``: torch keyword -> the remedy for it, when a call passes that keyword and the
+      operator has no such argument (``{"size": "upsample takes an integer scale factor ..."}``).
+    - ``unpack``: a sentence added when a single-output call is unpacked into several names
+      (torch's ``values, indices = x.max(dim)``).
+    - ``habit``: ``fn(args) -> None | (field, message, remedies)``: called with a call's bound
+      author arguments; a tuple refuses the call (E_ARGUMENT at ``field``) because torch's
+      spelling would mean something else here (``reshape(-1, 16)``).
+
+    Declaring a torch spelling also says the operator reads its widths from its inputs: a torch
+    width keyword it lacks (``in_channels=``, ``normalized_shape=``, ...) is told to leave it out.
+    Every text is bounded (:data:`MAX_TORCH_TEXT_CHARS`); a bad field raises ``E_REGISTRY``.
+    """
+
+    signature: str = ""
+    hint: str = ""
+    width_first: bool = False
+    names: Any = ()
+    call: str = ""
+    keywords: Any = None
+    unpack: str = ""
+    habit: Optional[Callable] = None
+
+    def __post_init__(self) -> None:
+        for field in ("signature", "hint", "call", "unpack"):
+            _check_torch_text(field, getattr(self, field))
+        if not isinstance(self.width_first, bool):
+            _registry_error(f"torch spelling: width_first must be True or False, not {self.width_first!r}",
+                            "torch.width_first")
+        if self.habit is not None and not callable(self.habit):
+            _registry_error(f"torch spelling: habit must be callable, not {self.habit!r}", "torch.habit")
+        names = self.names
+        if isinstance(names, str) or not isinstance(names, (tuple, list, Mapping)):
+            _registry_error(f"torch spelling: names must be a tuple of names or a mapping name -> call, "
+                            f"not {names!r}", "torch.names")
+        if not isinstance(names, Mapping):
+            names = {name: self.call for name in names}
+        object.__setattr__(self, "names", _torch_table("names", names))
+        if self.keywords is None:
+            object.__setattr__(self, "keywords", {})
+        if not isinstance(self.keywords, Mapping):
+            _registry_error(f"torch spelling: keywords must be a mapping keyword -> remedy, not "
+                            f"{self.keywords!r}", "torch.keywords")
+        object.__setattr__(self, "keywords", _torch_table("keywords", self.keywords))
+
+    def __hash__(self) -> int:
+        return hash((self.signature, self.hint, self.width_first, tuple(self.names.items()),
+                     self.call, tuple(self.keywords.items()), self.unpack, self.habit))
+
+    def __reduce__(self):
+        return (_torch_spelling, (self.signature, self.hint, self.width_first, dict(self.names), self.call,
+                                  dict(self.keywords), self.unpack, self.habit))
+
+    def call_for(self, name: str, alias: str) -> Optional[str]:
+        """How to call the operator for the torch name ``name`` (matched case-insensitively), or None."""
+        lowered = name.lower()
+        for declared, call in self.names.items():
+            if declared.lower() == lowered:
+                return call or self.call or f"{alias}(...)"
+        return None
+
+
+def _torch_spelling(*fields: Any) -> TorchSpelling:
+    return TorchSpelling(*fields)
+
+
+def _check_torch_text(field: str, value: Any) -> None:
+    if not isinstance(value, str) or len(value) > MAX_TORCH_TEXT_CHARS:
+        _registry_error(f"torch spelling: {field} must be text of at most {MAX_TORCH_TEXT_CHARS} characters, "
+                        f"not {value!r:.80}", f"torch.{field}")
+
+
+def _torch_table(field: str, table: Mapping) -> Mapping[str, str]:
+    if len(table) > MAX_TORCH_ENTRIES:
+        _registry_error(f"torch spelling: {field} holds {len(table)} entries, more than {MAX_TORCH_ENTRIES}",
+                        f"torch.{field}")
+    for key, text in table.items():
+        if not isinstance(key, str) or len(key) > MAX_NAME_CHARS or not _TORCH_NAME_RE.fullmatch(key):
+            _registry_error(f"torch spelling: {field} entry {key!r:.80} is not a name of at most "
+                            f"{MAX_NAME_CHARS} characters", f"torch.{field}")
+        _check_torch_text(field, text)
+    return MappingProxyType(dict(table))
+
+
+def _check_torch(where: str, torch: Any, arg_map: Mapping[str, Arg]) -> Optional[TorchSpelling]:
+    if torch is None:
+        return None
+    if isinstance(torch, Mapping):  # torch=dict(signature=..., hint=...): the same fields, spelled as keywords
+        unknown = sorted(set(torch) - set(TorchSpelling.__dataclass_fields__), key=str)
+        if unknown:
+            _registry_error(f"{where}: torch has no field {unknown[0]!r:.80}", "torch",
+                            f"Use the TorchSpelling fields: {', '.join(TorchSpelling.__dataclass_fields__)}.")
+        torch = TorchSpelling(**torch)
+    if not isinstance(torch, TorchSpelling):
+        _registry_error(f"{where}: torch must be a TorchSpelling, not {torch!r:.80}", "torch",
+                        "Pass torch=hndl.TorchSpelling(signature=..., hint=...).")
+    if torch.width_first:
+        first = next((name for name, arg in arg_map.items() if arg.positional), None)
+        if first is None or arg_map[first].type is not float:
+            _registry_error(f"{where}: torch width_first needs a float first positional argument, "
+                            f"not {first!r}", "torch.width_first",
+                            "Declare width_first only where torch's integer width would land on a float.")
+    return torch
+
+
+# --------------------------------------------------------------------------------------
 # OperatorSpec
 # --------------------------------------------------------------------------------------
 
@@ -183,6 +314,7 @@ class OperatorSpec:
     batch: str
     restore: Optional[Callable] = None
     runtime_check: Optional[Callable] = None
+    torch: Optional[TorchSpelling] = None
 
     def __hash__(self) -> int:
         return self._hash
@@ -402,6 +534,7 @@ def operator(
     batch: str = "shared",
     restore: Optional[Callable] = None,
     runtime_check: Optional[Callable] = None,
+    torch: Optional[TorchSpelling] = None,
 ) -> Callable[[type], type]:
     """Declare the decorated ``nn.Module`` subclass as the operator ``alias`` (§8).
 
@@ -415,6 +548,10 @@ def operator(
     each bound input port to its concrete shape and ``module.training`` is the mode. The runtime
     calls it once per input signature, before the node runs (the checked program, the dry run),
     so the module's class can stay torch's own layer; ``fn`` raises ``HNDLError`` or returns.
+
+    ``torch=TorchSpelling(...)`` (or a mapping of its fields) says how torch writes the operator: its signature, the HNDL
+    spelling of that call, the torch names and keywords it answers to (see :class:`TorchSpelling`).
+    The binder's torch-habit remedies read only this field, so a custom operator can declare one too.
     """
     _check_alias(alias)
     where = f"operator {alias!r}"
@@ -435,6 +572,7 @@ def operator(
         arg_map["input_count"] = TensorCount(arg_map["input_count"], alias, signature.inputs[0].name)
     _check_positional_rest(where, positional_rest, arg_map)
     policy_map = _check_policies(where, policies, arg_map)
+    torch = _check_torch(where, torch, arg_map)
 
     def decorate(cls: type) -> type:
         _check_class(where, cls)
@@ -461,6 +599,7 @@ def operator(
             batch=batch,
             restore=restore,
             runtime_check=runtime_check,
+            torch=torch,
         )
         setattr(cls, SPEC_ATTRIBUTE, spec)
         return cls

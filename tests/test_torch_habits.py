@@ -18,7 +18,7 @@ from torch import nn
 import hndl
 from hndl import HNDLError, Registry
 from hndl.torch import network
-from hndl.suggestions import SYNONYMS, TORCH_SPELLINGS, operator_remedies, synonym_remedy
+from hndl.suggestions import operator_remedies, synonym_remedy
 
 
 def _resolve(source, input_shape, output_shape, **kwargs):
@@ -148,14 +148,25 @@ def test_the_callable_frontend_refuses_the_same_spellings():
     assert caught.value.code == "E_ARGUMENT" and "layer_norm()" in caught.value.remedies[0]
 
 
+#: The operators of the audit above whose declarations carry the torch spelling and its hint.
+AUDITED = ("layer_norm", "rms_norm", "channel_layer_norm", "patch_merging", "layer_scale", "adaptive_norm",
+           "batch_norm", "batch_norm1d", "instance_norm", "group_norm", "embedding", "flatten", "max_pool",
+           "avg_pool", "max_pool1d", "avg_pool1d", "upsample", "concat", "squeeze_excitation", "attention",
+           "transformer_block", "swin_block", "window_attention")
+
+
 def test_every_audited_operator_is_registered_and_takes_a_torch_signature():
     registry = Registry.builtins()
-    assert set(TORCH_SPELLINGS) <= set(registry.aliases())
-    for alias, spelling in TORCH_SPELLINGS.items():
-        assert "(" in spelling.torch and alias in spelling.hint
+    assert set(AUDITED) <= set(registry.aliases())
+    for spec in registry:
+        spelling = spec.torch
+        if spelling is None or not spelling.hint:
+            continue
+        assert "(" in spelling.signature and spec.alias in spelling.hint
         if spelling.width_first:  # the first positional HNDL argument is a float: an int is a width
-            spec = registry.get(alias)
             assert spec.args[spec.positional_args[0]].type is float
+    for alias in AUDITED:
+        assert registry.get(alias).torch.hint, alias
 
 
 def test_the_refusal_is_for_first_party_operators_only():
@@ -219,15 +230,20 @@ def test_registry_get_and_ops_name_the_hndl_operator():
     assert "stochastic_depth" in caught.value.remedies[0]
 
 
-def test_a_synonym_is_offered_only_for_an_operator_the_registry_or_an_installed_pack_has():
+def test_a_synonym_is_offered_only_for_an_operator_the_registry_has():
+    """The torch names are the declarations' own (torch=TorchSpelling(names=...)): a registry
+    answers for the operators it holds, and reads no pack it was not built from."""
     basic = Registry.from_packs("basic")
     assert synonym_remedy("silu", basic) == "HNDL calls silu swish: write swish()."
-    assert "the installed pack 'vision' provides" in synonym_remedy("conv2d", basic)
-    assert synonym_remedy("silu", Registry()) is not None  # the basic pack is installed
+    assert synonym_remedy("conv2d", basic) is None  # conv is the vision pack's, not imported for a hint
+    assert synonym_remedy("conv2d", Registry.builtins()) == (
+        "HNDL calls conv2d conv: write conv(out_channels, kernel_size=3, padding=1).")
+    assert synonym_remedy("silu", Registry()) is None
     assert synonym_remedy("no_such_thing", basic) is None and synonym_remedy(3, basic) is None
     assert synonym_remedy("x" * 10_000, basic) is None
-    for alias, _ in SYNONYMS.values():
-        assert alias in Registry.builtins()
+    named = {name for spec in Registry.builtins() if spec.torch is not None for name in spec.torch.names}
+    assert {"silu", "drop_path", "conv2d", "batchnorm2d", "cat", "interpolate", "mha", "gelu_tanh",
+            "se", "mlp", "swiglu"} <= named
 
 
 def test_the_spec_example_registering_its_own_silu_keeps_working():

@@ -17,7 +17,7 @@ from ..contracts import Contracts
 from ..declaration import OperatorSpec
 from ..errors import HNDLError, listed, shown
 from ..graph import NODE_ID, Graph, Node, Ref
-from ..suggestions import SYNONYMS, did_you_mean, positional_remedies, torch_habit, unknown_keyword_hint
+from ..suggestions import did_you_mean, positional_remedies, torch_habit, torch_name, unknown_keyword_hint
 
 RESERVED_METADATA = ("name", "policy", "init", "trainable")
 
@@ -49,13 +49,21 @@ class Symbol:
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):
         """Eager torch functions never run on symbolic tensors."""
         name = getattr(func, "__name__", repr(func))
-        synonym = SYNONYMS.get(name.lower()) if isinstance(name, str) else None
+        synonym = torch_name(name, _capture_registry()) if isinstance(name, str) else None
         raise HNDLError(
             "E_CAPTURE",
             f"torch.{name} cannot run on a symbolic tensor during capture",
             remedies=((f"torch.{name} is ops.{synonym[1]} in a capture.",) if synonym else ())
             + ("Use ops.<alias> or registry.ops.<alias> inside a capture; they record graph nodes.",),
         )
+
+
+def _capture_registry() -> Any:
+    """The registry of the capture running now (whose declarations name torch's functions), or none."""
+    from .capture import _active  # the capture module imports this one; read only on an error path
+
+    capture = _active.get()
+    return capture.registry if capture is not None else ()
 
 
 class Binder:

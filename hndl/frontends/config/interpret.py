@@ -13,7 +13,7 @@ from ...construction import make_scheme
 from ...errors import HNDLError
 from ...graph import Graph
 from ...registry import Registry
-from ...suggestions import is_first_party
+from ...suggestions import torch_spelling
 from ..binder import Binder, Symbol
 from .grammar import GRAMMAR_VERSION
 from .ir import Assign, Call, Literal, Name, Pack, Program, SchemeCall
@@ -122,6 +122,7 @@ def _single_output_remedies(value: Symbol, statement: Assign) -> tuple[str, ...]
     alias = node.spec.alias
     first = statement.targets[0]
     remedy = f"{alias} has one output: assign it to one name, e.g. {first} = {alias}(...)."
-    if alias == "max" and is_first_party(node.spec):
-        remedy += " Unlike torch.max(x, dim), which returns values and indices, max returns the values only."
+    declared = torch_spelling(node.spec)
+    if declared is not None and declared.unpack:
+        remedy += f" {declared.unpack}"
     return (remedy,)

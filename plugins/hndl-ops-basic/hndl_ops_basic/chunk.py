@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping, Optional
+
 import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import rank_of
 
@@ -22,8 +25,45 @@ def _relation(s) -> None:
             s.scale("x", axis, port, axis, chunks if axis == dim else 1)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def torch_axis_habit(alias: str, author: Mapping[str, Any]) -> Optional[tuple[str, str, tuple[str, ...]]]:
+    """torch.chunk / torch.split habits (the ``habit`` of both declarations): a negative or batch
+    axis, and split's list of sections; None when the call means what it means in torch."""
+    first = "chunks" if alias == "chunk" else "size"
+    count = author.get(first)
+    dim = author.get("dim", 1)
+    if alias == "split" and isinstance(count, (list, tuple)) and count and all(map(_is_int, count)):
+        return ("size",
+                f"split({list(count)!r}): torch's list of section sizes; HNDL's split takes the first part's "
+                f"size and returns two tensors, first and rest",
+                (f"Write first, rest = split({count[0]}, dim) and split rest again for more parts, or use "
+                 f"chunk(n, dim) for n equal parts.",))
+    if _is_int(dim) and (dim < 0 or (dim == 0 and alias == "split")):  # chunk(n, 0) divides stacked batches
+        shown_count = count if _is_int(count) else "n"
+        if dim == 0:
+            problem = "axis 0 is the batch axis, which HNDL never splits (torch's default dim=0 splits the batch)"
+            fix = f"Split a non-batch axis: {alias}({shown_count}, 1) (axis 1 is also the default)."
+        else:
+            problem = "negative axes are not counted from the end here; axes are numbered on the whole shape"
+            fix = (f"Write the axis from the front, batch being 0: for the last axis of [B, T, D] write "
+                   f"{alias}({shown_count}, 2).")
+        return ("dim", f"{alias}(..., dim={dim}): {problem}", (fix,))
+    return None
+
+
+def _torch_habit(author: Mapping[str, Any]) -> Optional[tuple[str, str, tuple[str, ...]]]:
+    return torch_axis_habit("chunk", author)
+
+
 @operator(
     "chunk",
+    torch=TorchSpelling(
+        signature="torch.chunk(input, chunks, dim=0)",
+        habit=_torch_habit,
+    ),
     summary="Divide one axis into a fixed number of equal sections.",
     shape="x[B, ...] -> out*",
     relation=_relation,

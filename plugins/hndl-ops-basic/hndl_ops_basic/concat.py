@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.contracts import batch_multiple
 
 from .axes import batch_entry, batch_symbol, matching_axes, rank_of
@@ -44,6 +45,12 @@ def _sum(s, parts, total, axis, *, batch) -> None:
 
 @operator(
     "concat",
+    torch=TorchSpelling(
+        signature="torch.cat(tensors, dim=0)",
+        hint="Pass the tensors as separate arguments and the axis by keyword: concat(a, b, axis=1).",
+        names=("cat", "concatenate"),
+        call="concat(a, b, axis=1)",
+    ),
     summary="Join two or more tensors along one axis; axis 0 stacks examples.",
     shape="x* -> out",
     relation=_relation,

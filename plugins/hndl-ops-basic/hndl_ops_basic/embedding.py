@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 #: The port dtypes accepted as token ids (what torch.nn.functional.embedding indexes with).
@@ -35,6 +36,11 @@ def _relation(s) -> None:
 
 @operator(
     "embedding",
+    torch=TorchSpelling(
+        signature="nn.Embedding(num_embeddings, embedding_dim, padding_idx=None)",
+        hint="embedding takes torch's order: embedding(num_embeddings, embedding_dim, "
+             "padding_idx=...); the padding index goes by keyword.",
+    ),
     summary="Look up a learned vector for every integer token id: [B, T] ids give [B, T, D].",
     shape="ids[B, T]:any -> out[B, T, D]",
     relation=_relation,

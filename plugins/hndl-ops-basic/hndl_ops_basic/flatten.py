@@ -14,6 +14,11 @@ def _relation(s) -> None:
 
 @operator(
     "flatten",
+    torch=dict(
+        signature="nn.Flatten(start_dim=1, end_dim=-1)",
+        hint="flatten always flattens every non-batch axis (torch's Flatten() default): write "
+             "flatten().",
+    ),
     summary="Flatten all non-batch axes of each example into one feature axis.",
     shape="x[B, ...] -> out[B, F]",
     relation=_relation,

@@ -6,10 +6,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "gelu",
+    torch=TorchSpelling(
+        signature="nn.GELU(approximate='none')",
+        names=("gelu_tanh", "gelu_new", "gelu_pytorch_tanh"),
+        call='gelu(approximate="tanh")',
+    ),
     summary="Gaussian error linear unit, x * Phi(x), applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     args={

@@ -6,12 +6,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .feature_axis import feature_axis_only
 
 
 @operator(
     "layer_norm",
+    torch=TorchSpelling(
+        signature="nn.LayerNorm(normalized_shape, eps=1e-05, elementwise_affine=True)",
+        hint="layer_norm reads the normalized width from its input: torch's LayerNorm(64) is "
+             "layer_norm() here; give eps as a float or by keyword: layer_norm(eps=1e-05).",
+        width_first=True,
+        names=("layernorm",),
+        call="layer_norm()",
+    ),
     summary="Normalize every position over its last axis to zero mean and unit variance, then scale and shift.",
     shape="x[B, ..., D] -> out[B, ..., D]",
     relation=feature_axis_only,

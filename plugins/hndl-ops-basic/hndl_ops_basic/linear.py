@@ -6,12 +6,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .feature_axis import feature_axis_only
 
 
 @operator(
     "linear",
+    torch=TorchSpelling(
+        signature="nn.Linear(in_features, out_features, bias=True)",
+    ),
     summary="Affine map over the last axis, out = x @ weight.T + bias.",
     shape="x[B, ..., D_in] -> out[B, ..., D_out]",
     relation=feature_axis_only,

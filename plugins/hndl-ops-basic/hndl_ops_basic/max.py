@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import reduced_axis, reject_batch
 
@@ -20,6 +21,11 @@ def _relation(s) -> None:
 
 @operator(
     "max",
+    torch=TorchSpelling(
+        signature="torch.max(input, dim, keepdim=False)",
+        unpack="Unlike torch.max(x, dim), which returns values and indices, max returns the values "
+               "only.",
+    ),
     summary="Maximum over one non-batch axis (values only), e.g. global max pooling [B, C, L] -> [B, C].",
     shape="x -> out",
     relation=_relation,

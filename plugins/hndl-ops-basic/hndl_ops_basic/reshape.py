@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping, Optional
+
 import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 MAX_PREFIX = 3
@@ -37,8 +40,31 @@ def _relation(s) -> None:
     s.product("x", "out")
 
 
+def _torch_habit(author: Mapping[str, Any]) -> Optional[tuple[str, str, tuple[str, ...]]]:
+    """torch's ``reshape(-1, 16)``: -1 and 0 are never written here (the declaration's ``habit``)."""
+    shape = author.get("shape", ())
+    if isinstance(shape, (list, tuple)) and any(isinstance(v, int) and not isinstance(v, bool) and v <= 0
+                                                for v in shape):
+        kept = [v for v in shape if not (isinstance(v, int) and not isinstance(v, bool) and v <= 0)]
+        example = f"reshape({', '.join(map(str, kept))})" if kept else "reshape()"
+        return ("shape",
+                f"reshape({', '.join(map(str, shape))}): -1 and 0 are never written; reshape's values are "
+                f"the leading non-batch dimensions (the batch axis is implicit) and an omitted trailing "
+                f"factor is inferred from the element count",
+                (f"Leave the -1 out: {example} writes the leading dimensions and infers the rest from the "
+                 f"element count and the output contract or consumer; to fix the last factor instead, "
+                 f"write the leading one (torch's x.reshape(B, -1, 16) on [B, 64] is reshape(4)).",))
+    return None
+
+
 @operator(
     "reshape",
+    torch=TorchSpelling(
+        signature="torch.reshape(input, shape)",
+        names=("view",),
+        call="reshape(...)",
+        habit=_torch_habit,
+    ),
     summary="Reshape every example to new leading axes, keeping its element count.",
     shape="x[B, ...] -> out",
     relation=_relation,

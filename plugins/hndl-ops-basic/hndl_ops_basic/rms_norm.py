@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .feature_axis import feature_axis_only
 
@@ -19,6 +20,14 @@ def _reference(module):
 
 @operator(
     "rms_norm",
+    torch=TorchSpelling(
+        signature="nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True)",
+        hint="rms_norm reads the normalized width from its input: torch's RMSNorm(64) is rms_norm() "
+             "here; give eps as a float or by keyword: rms_norm(eps=1e-06).",
+        width_first=True,
+        names=("rmsnorm",),
+        call="rms_norm()",
+    ),
     summary="Divide every position by the root mean square of its last axis, then apply a learned scale.",
     shape="x[B, ..., D] -> out[B, ..., D]",
     relation=feature_axis_only,

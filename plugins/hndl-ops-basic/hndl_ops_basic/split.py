@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping, Optional
+
 import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .axes import matching_axes, rank_of
+from .chunk import torch_axis_habit
 
 
 def _relation(s) -> None:
@@ -37,8 +41,16 @@ def _relation(s) -> None:
         s.arg("size", first)
 
 
+def _torch_habit(author: Mapping[str, Any]) -> Optional[tuple[str, str, tuple[str, ...]]]:
+    return torch_axis_habit("split", author)
+
+
 @operator(
     "split",
+    torch=TorchSpelling(
+        signature="torch.split(tensor, split_size_or_sections, dim=0)",
+        habit=_torch_habit,
+    ),
     summary="Split one axis into a first section of a given size and the remainder.",
     shape="x[B, ...] -> first, rest",
     relation=_relation,

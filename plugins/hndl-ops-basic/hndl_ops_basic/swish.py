@@ -12,10 +12,16 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "swish",
+    torch=TorchSpelling(
+        signature="nn.SiLU()",
+        names=("silu", "sigmoid_linear_unit"),
+        call="swish()",
+    ),
     summary="Swish / SiLU, x * sigmoid(x), applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

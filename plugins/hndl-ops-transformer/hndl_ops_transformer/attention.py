@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .heads import check_heads, heads_divide_width
@@ -235,6 +236,13 @@ ARGS = {
 
 @operator(
     "attention",
+    torch=TorchSpelling(
+        signature="nn.MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True)",
+        hint="attention reads the width from its input: torch's MultiheadAttention(512, 8) is "
+             "attention(8) here.",
+        names=("multihead_attention", "multi_head_attention", "mha"),
+        call="attention(heads)",
+    ),
     version=2,
     summary="Multi-head scaled dot-product attention over a [B, T, D] sequence (self-attention, or "
             "cross-attention to a context), with grouped key/value heads, rotary positions and an optional "

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 #: The activation names the feed-forward network accepts, each with the torch function it runs.
@@ -92,6 +93,17 @@ def _reference(module):
 
 @operator(
     "feed_forward",
+    torch=TorchSpelling(
+        signature="timm Mlp(in_features, hidden_features=None, out_features=None, act_layer=nn.GELU)",
+        names={
+            "mlp": "feed_forward()",
+            "swiglu": 'feed_forward(gated=True, activation="silu")',
+        },
+        keywords={
+            "approximate": "feed_forward spells torch's gelu(approximate='tanh') as activation='gelu_tanh': write "
+                "feed_forward(..., activation='gelu_tanh').",
+        },
+    ),
     version=3,
     summary="Position-wise feed-forward network: linear - activation - linear, or gated "
             "(down(activation(gate(x)) * up(x)), SwiGLU/GeGLU).",

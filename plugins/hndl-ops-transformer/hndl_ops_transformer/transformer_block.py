@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 from hndl.declaration import spec_of
 
@@ -80,6 +81,16 @@ def _pick(*names: str) -> dict[str, Arg]:
 
 @operator(
     "transformer_block",
+    torch=TorchSpelling(
+        signature="nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1, "
+                  "activation=relu)",
+        hint="transformer_block reads the width from its input: torch's "
+             "TransformerEncoderLayer(512, 8, 2048) is transformer_block(8, hidden=2048) here.",
+        keywords={
+            "approximate": "transformer_block spells torch's gelu(approximate='tanh') as activation='gelu_tanh': "
+                "write transformer_block(..., activation='gelu_tanh').",
+        },
+    ),
     version=3,
     summary="Transformer layer: attention then feed_forward, each in a residual with a layer_norm or rms_norm "
             "before (pre-norm) or after (post-norm) it.",

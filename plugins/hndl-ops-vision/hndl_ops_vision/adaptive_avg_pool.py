@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .convolution import SPATIAL_AXES
@@ -24,6 +25,11 @@ def _relation(s) -> None:
 
 @operator(
     "adaptive_avg_pool",
+    torch=TorchSpelling(
+        signature="nn.AdaptiveAvgPool2d(output_size)",
+        names=("adaptive_avg_pool2d", "adaptiveavgpool2d"),
+        call="adaptive_avg_pool(output_size)",
+    ),
     identity="adaptive_avg_pool2d",
     summary="Average each channel of [B, C, H, W] over windows chosen to give a fixed output size.",
     shape="x[B, C, H, W] -> out[B, C, H_out, W_out]",

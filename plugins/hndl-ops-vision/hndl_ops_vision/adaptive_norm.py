@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 
 def _reference(module):
@@ -22,6 +23,12 @@ def _reference(module):
 
 @operator(
     "adaptive_norm",
+    torch=TorchSpelling(
+        signature="diffusers AdaGroupNorm(embedding_dim, out_dim, num_groups, eps=1e-05)",
+        hint="adaptive_norm reads its widths from its inputs: write adaptive_norm(); give eps as a "
+             "float or by keyword: adaptive_norm(eps=1e-05).",
+        width_first=True,
+    ),
     summary="Instance-normalize features, then apply a per-example learned scale and bias.",
     shape="x[B, C, H, W], params[B, 2*C] -> out[B, C, H, W]",
     args={"eps": Arg(float, 1e-5, min=0, exclusive_min=True, help="Added to the variance for stability.")},

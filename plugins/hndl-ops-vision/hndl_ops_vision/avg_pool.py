@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .pooling import ceil_mode_arg, pool_relation, pooling_args, validate_padding
 
@@ -21,6 +22,14 @@ def _reference(module):
 
 @operator(
     "avg_pool",
+    torch=TorchSpelling(
+        signature="nn.AvgPool2d(kernel_size, stride=None, padding=0, ceil_mode=False, "
+                  "count_include_pad=True)",
+        hint="torch's AvgPool2d(3, 2, 1) is avg_pool(3, stride=2, padding=1) here: only the kernel "
+             "size is positional.",
+        names=("avg_pool2d", "avgpool2d"),
+        call="avg_pool(kernel_size, stride=...)",
+    ),
     identity="avg_pool2d",
     version=2,
     summary="Mean over sliding spatial windows of each channel of [B, C, H, W].",

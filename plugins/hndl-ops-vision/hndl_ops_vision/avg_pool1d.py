@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .pooling import ceil_mode_arg
 from .pooling1d import pool1d_relation, pooling1d_args, validate_padding1d
@@ -22,6 +23,12 @@ def _reference(module):
 
 @operator(
     "avg_pool1d",
+    torch=TorchSpelling(
+        signature="nn.AvgPool1d(kernel_size, stride=None, padding=0, ceil_mode=False, "
+                  "count_include_pad=True)",
+        hint="torch's AvgPool1d(3, 2, 1) is avg_pool1d(3, stride=2, padding=1) here: only the "
+             "kernel size is positional.",
+    ),
     version=2,
     summary="Mean over sliding windows along the length axis of each channel of a [B, C, L] signal.",
     shape="x[B, C, L] -> out[B, C, L_out]",

@@ -16,6 +16,14 @@ def _one_value_per_channel(module: nn.Module, shapes: dict) -> None:
 
 @operator(
     "batch_norm",
+    torch=dict(
+        signature="nn.BatchNorm2d(num_features, eps=1e-05, momentum=0.1, affine=True)",
+        hint="batch_norm reads the channel count from its input: torch's BatchNorm2d(64) is "
+             "batch_norm() here (batch_norm(num_features=64) checks it); eps=, momentum=, affine= "
+             "go by keyword.",
+        names=("batch_norm2d", "batchnorm2d", "batchnorm"),
+        call="batch_norm()",
+    ),
     identity="batch_norm2d",
     summary="Normalize each channel of [B, C, H, W] over the batch and spatial axes, with running statistics.",
     shape="x[B, C, H, W] -> out[B, C, H, W]",

@@ -16,6 +16,14 @@ def _one_value_per_channel(module: nn.Module, shapes: dict) -> None:
 
 @operator(
     "batch_norm1d",
+    torch=dict(
+        signature="nn.BatchNorm1d(num_features, eps=1e-05, momentum=0.1, affine=True)",
+        hint="batch_norm1d reads the channel count from its input: torch's BatchNorm1d(64) is "
+             "batch_norm1d() here (batch_norm1d(num_features=64) checks it); eps=, momentum=, "
+             "affine= go by keyword.",
+        names=("batchnorm1d",),
+        call="batch_norm1d()",
+    ),
     summary="Normalize each channel of a [B, C, L] signal over the batch and length axes, with running statistics.",
     shape="x[B, C, L] -> out[B, C, L]",
     shape_text="Rank 3 read as [B, C, L]; out has the shape of x; num_features is C, inferred both ways.",

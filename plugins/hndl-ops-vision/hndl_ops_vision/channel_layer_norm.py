@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 
 def _reference(module):
@@ -25,6 +26,13 @@ def _reference(module):
 
 @operator(
     "channel_layer_norm",
+    torch=TorchSpelling(
+        signature="timm LayerNorm2d(num_channels, eps=1e-06)",
+        hint="channel_layer_norm reads the channel count from its input: timm's LayerNorm2d(64) is "
+             "channel_layer_norm() here; give eps as a float or by keyword: "
+             "channel_layer_norm(eps=1e-06).",
+        width_first=True,
+    ),
     identity="layer_norm2d",
     summary="Normalize every spatial position of [B, C, H, W] over its channels, then scale and shift per channel.",
     shape="x[B, C, H, W] -> out[B, C, H, W]",

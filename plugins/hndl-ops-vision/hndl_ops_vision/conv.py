@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Example, Policy, operator
+from hndl.declaration import TorchSpelling
 
 from .convolution import check_same_padding, conv_relation, convolution_args
 
@@ -17,6 +18,12 @@ DOWN2 = Policy(
 
 @operator(
     "conv",
+    torch=TorchSpelling(
+        signature="nn.Conv2d(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, "
+                  "groups=1, bias=True)",
+        names=("conv2d",),
+        call="conv(out_channels, kernel_size=3, padding=1)",
+    ),
     identity="conv2d",
     version=2,
     summary="2-D convolution over [B, C, H, W] with learned kernels.",

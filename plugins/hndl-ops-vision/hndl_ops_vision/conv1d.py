@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 from .convolution import check_same_padding, conv1d_relation, convolution1d_args
 
@@ -17,6 +18,10 @@ def _reference(module):
 
 @operator(
     "conv1d",
+    torch=TorchSpelling(
+        signature="nn.Conv1d(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, "
+                  "groups=1, bias=True)",
+    ),
     version=2,
     summary="1-D convolution over a [B, C, L] signal with learned kernels.",
     shape="x[B, C_in, L] -> out[B, C_out, L_out]",

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, Policy, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .convolution import convolution_args, transposed_relation
@@ -29,6 +30,12 @@ def _validate(args) -> None:
 
 @operator(
     "deconv",
+    torch=TorchSpelling(
+        signature="nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=1, padding=0, "
+                  "output_padding=0)",
+        names=("conv_transpose2d", "convtranspose2d", "conv_transpose"),
+        call="deconv(out_channels, kernel_size=2, stride=2)",
+    ),
     identity="conv_transpose2d",
     summary="2-D transposed convolution over [B, C, H, W] with learned kernels.",
     shape="x[B, C_in, H, W] -> out[B, C_out, H_out, W_out]",

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .batch_statistics import check_batch_variance, reference_batch_norm
@@ -56,6 +57,10 @@ def _reference(module):
 
 @operator(
     "depthwise_separable_conv",
+    torch=TorchSpelling(
+        signature="torchvision Conv2dNormActivation(in_channels, in_channels, groups=in_channels) + 1x1 "
+                  "conv",
+    ),
     version=2,
     summary="Depthwise separable convolution: a per-channel k x k convolution, then a 1x1 convolution mixing "
             "channels.",

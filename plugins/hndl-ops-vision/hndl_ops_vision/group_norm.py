@@ -34,6 +34,14 @@ def _relation(s) -> None:
 
 @operator(
     "group_norm",
+    torch=dict(
+        signature="nn.GroupNorm(num_groups, num_channels, eps=1e-05, affine=True)",
+        hint="group_norm reads the channel count from its input: torch's GroupNorm(32, 64) is "
+             "group_norm(32) here (group_norm(32, num_channels=64) checks it); eps= and affine= go "
+             "by keyword.",
+        names=("groupnorm",),
+        call="group_norm(num_groups)",
+    ),
     summary="Normalize each example over groups of channels and the spatial axes of [B, C, H, W].",
     shape="x[B, C, H, W] -> out[B, C, H, W]",
     relation=_relation,

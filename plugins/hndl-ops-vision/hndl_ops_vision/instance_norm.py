@@ -21,6 +21,14 @@ def _relation(s) -> None:
 
 @operator(
     "instance_norm",
+    torch=dict(
+        signature="nn.InstanceNorm2d(num_features, eps=1e-05, momentum=0.1, affine=False)",
+        hint="instance_norm reads the channel count from its input: torch's InstanceNorm2d(64) is "
+             "instance_norm() here (instance_norm(num_features=64) checks it); eps= and affine= go "
+             "by keyword.",
+        names=("instance_norm2d",),
+        call="instance_norm()",
+    ),
     identity="instance_norm2d",
     summary="Normalize each channel of each example over the spatial axes of [B, C, H, W].",
     shape="x[B, C, H, W] -> out[B, C, H, W]",

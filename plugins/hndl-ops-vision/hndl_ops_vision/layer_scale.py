@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 #: Every supported rank (§3) and the axis it scales: [B, F] and [B, T, D] the last, [B, C, H, W] the channels.
 CHANNEL_AXIS = {2: 1, 3: 2, 4: 1}
@@ -25,6 +26,12 @@ def _broadcast(gamma: torch.Tensor, rank: int) -> torch.Tensor:
 
 @operator(
     "layer_scale",
+    torch=TorchSpelling(
+        signature="timm LayerScale(dim, init_values=1e-05)",
+        hint="layer_scale reads the width from its input: timm's LayerScale(64) is layer_scale() "
+             "here; give the starting scale as a float or by keyword: layer_scale(init_value=1e-05).",
+        width_first=True,
+    ),
     summary="Multiply every channel (images) or feature (sequences) by its own learned scale, initialized small.",
     shape="x[B, ...] -> out[B, ...]",
     shape_text="out has the shape of x; rank 2 and 3 scale the last axis, rank 4 the channel axis C.",

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .pooling import ceil_mode_arg, pool_relation, pooling_args, validate_padding
@@ -22,6 +23,14 @@ def _reference(module):
 
 @operator(
     "max_pool",
+    torch=TorchSpelling(
+        signature="nn.MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, return_indices=False, "
+                  "ceil_mode=False)",
+        hint="torch's MaxPool2d(3, 2, 1) is max_pool(3, stride=2, padding=1) here: only the kernel "
+             "size is positional.",
+        names=("max_pool2d", "maxpool2d"),
+        call="max_pool(kernel_size, stride=...)",
+    ),
     identity="max_pool2d",
     version=2,
     summary="Maximum over sliding spatial windows of each channel of [B, C, H, W].",

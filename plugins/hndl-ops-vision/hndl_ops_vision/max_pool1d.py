@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .pooling import ceil_mode_arg
@@ -24,6 +25,12 @@ def _reference(module):
 
 @operator(
     "max_pool1d",
+    torch=TorchSpelling(
+        signature="nn.MaxPool1d(kernel_size, stride=None, padding=0, dilation=1, return_indices=False, "
+                  "ceil_mode=False)",
+        hint="torch's MaxPool1d(3, 2, 1) is max_pool1d(3, stride=2, padding=1) here: only the "
+             "kernel size is positional.",
+    ),
     version=2,
     summary="Maximum over sliding windows along the length axis of each channel of a [B, C, L] signal.",
     shape="x[B, C, L] -> out[B, C, L_out]",

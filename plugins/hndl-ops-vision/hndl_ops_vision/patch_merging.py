@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 
 def _reference(module):
@@ -37,6 +38,12 @@ def _relation(s) -> None:
 
 @operator(
     "patch_merging",
+    torch=TorchSpelling(
+        signature="torchvision PatchMerging(dim, norm_layer=nn.LayerNorm)",
+        hint="patch_merging reads the channel count from its input: torchvision's PatchMerging(96) "
+             "is patch_merging() here; give eps as a float or by keyword: patch_merging(eps=1e-05).",
+        width_first=True,
+    ),
     summary="Swin's patch merging: concatenate each 2 x 2 neighbourhood's channels, normalize, project 4C -> 2C.",
     shape="x[B, C, H, W] -> out[B, 2*C, H_out, W_out]",
     relation=_relation,

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .block_parts import ACTIVATIONS, GATES
@@ -54,6 +55,15 @@ def _reference(module):
 
 @operator(
     "squeeze_excitation",
+    torch=TorchSpelling(
+        signature="torchvision SqueezeExcitation(input_channels, squeeze_channels, activation=ReLU, "
+                  "scale_activation=Sigmoid)",
+        hint="squeeze_excitation reads the input channels from its input: torchvision's "
+             "SqueezeExcitation(64, 8) is squeeze_excitation(squeeze_channels=8) here (or "
+             "reduction=8 for a squeeze width of C // 8).",
+        names=("squeeze_and_excitation", "squeeze_excite", "se"),
+        call="squeeze_excitation(squeeze_channels=...)",
+    ),
     summary="Squeeze-and-excitation: rescale every channel of [B, C, H, W] by a gate computed from its global average.",
     shape="x[B, C, H, W] -> out[B, C, H, W]",
     relation=_relation,

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 MODES = ("row", "batch")
 
@@ -38,6 +39,11 @@ def drop_paths(x: torch.Tensor, p: float, mode: str, training: bool) -> torch.Te
 
 @operator(
     "stochastic_depth",
+    torch=TorchSpelling(
+        signature="torchvision StochasticDepth(p, mode)",
+        names=("drop_path", "droppath"),
+        call="stochastic_depth(p)",
+    ),
     summary="Stochastic depth: in training, zero whole examples (or the whole batch) with probability p and "
             "rescale the rest; identity in eval.",
     shape="x[B, ...] -> out[B, ...]",

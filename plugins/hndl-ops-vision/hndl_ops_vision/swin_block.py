@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .window_attention import attention_args, heads_divide_channels
 from .windows import ShiftedWindowSelfAttention, attention_reference, validate_shift
@@ -58,6 +59,12 @@ class _Mlp(nn.Sequential):
 
 @operator(
     "swin_block",
+    torch=TorchSpelling(
+        signature="torchvision SwinTransformerBlock(dim, num_heads, window_size, shift_size, "
+                  "mlp_ratio=4.0)",
+        hint="swin_block reads the width from its input: torchvision's SwinTransformerBlock(96, 3, "
+             "[7, 7], [3, 3]) is swin_block(3, 7, 3) here.",
+    ),
     summary="One Swin Transformer block on [B, C, H, W]: x + W-MSA/SW-MSA(LN(x)), then + MLP(LN(.)).",
     shape="x[B, C, H, W] -> out[B, C, H, W]",
     relation=_relation,

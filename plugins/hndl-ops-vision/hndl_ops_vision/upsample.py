@@ -25,6 +25,22 @@ def _reference(module):
 
 @operator(
     "upsample",
+    torch=dict(
+        signature="nn.Upsample(size=None, scale_factor=None, mode='nearest')",
+        hint="upsample takes an integer scale factor, upsample(scale_factor=2); the output size is "
+             "never an argument: it follows from the scale (torch's Upsample(size=...) has no HNDL "
+             "spelling).",
+        names=("interpolate",),
+        call="upsample(scale_factor=2)",
+        keywords={
+            "size": "upsample takes an integer scale factor, upsample(scale_factor=2); the output size is "
+                "never an argument: it follows from the scale (torch's Upsample(size=...) has no HNDL "
+                "spelling).",
+            "output_size": "upsample takes an integer scale factor, upsample(scale_factor=2); the output size is "
+                "never an argument: it follows from the scale (torch's Upsample(size=...) has no HNDL "
+                "spelling).",
+        },
+    ),
     identity="upsample2d",
     summary="Repeat every pixel of [B, C, H, W] scale_factor times along both spatial axes (nearest neighbour).",
     shape="x[B, C, H, W] -> out[B, C, H_out, W_out]",

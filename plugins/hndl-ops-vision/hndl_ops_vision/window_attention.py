@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .windows import ShiftedWindowSelfAttention, attention_reference, validate_shift, window_args
@@ -34,6 +35,12 @@ def attention_args() -> dict[str, Arg]:
 
 @operator(
     "window_attention",
+    torch=TorchSpelling(
+        signature="torchvision ShiftedWindowAttention(dim, window_size, shift_size, num_heads)",
+        hint="window_attention reads the width from its input: torchvision's "
+             "ShiftedWindowAttention(96, [7, 7], [3, 3], 3) is window_attention(3, 7, 3) here "
+             "(heads, window, shift).",
+    ),
     summary="Swin's (shifted) window multi-head self-attention with a learned relative position bias, on [B, C, H, W].",
     shape="x[B, C, H, W] -> out[B, C, H, W]",
     relation=heads_divide_channels,
