@@ -29,18 +29,20 @@ _CONFIGURATION_ONLY = frozenset({
 def torch_layer(cls: type) -> Optional[type]:
     """The torch.nn layer class ``cls`` only configures, or None.
 
-    That is the case when ``cls`` has exactly one base, a class defined in ``torch.nn`` other
-    than ``nn.Module`` itself, and defines nothing but its constructor (no forward, no other
-    method or class attribute), so every behaviour of an instance is the base's.
+    That is the case when ``cls`` has exactly one base and defines nothing but its constructor
+    (no forward, no other method or class attribute), and that base is a class defined in
+    ``torch.nn`` other than ``nn.Module`` itself, or again such a configuration-only class (an
+    operator's frozen earlier version subclasses its current one), so every behaviour of an
+    instance is the torch layer's.
     """
-    if len(cls.__bases__) != 1:
+    if len(cls.__bases__) != 1 or set(vars(cls)) - _CONFIGURATION_ONLY:
         return None
     (base,) = cls.__bases__
-    if base is nn.Module or not issubclass(base, nn.Module) or not base.__module__.startswith("torch.nn."):
+    if base is nn.Module or not issubclass(base, nn.Module):
         return None
-    if set(vars(cls)) - _CONFIGURATION_ONLY:
-        return None
-    return base
+    if base.__module__.startswith("torch.nn."):
+        return base
+    return torch_layer(base)
 
 
 #: ``torch_layer`` per declared class, read once: a class's namespace and bases do not change.

@@ -296,6 +296,9 @@ def traced_program(graph: nn.Module) -> tuple[Callable, Callable]:
         for position, (port, ref) in enumerate(zip(step.ports_in, step.reads)):
             check(local[ref], port, f"{index}, {position}")
         bound[f"m{index}"] = step.module
+        if step.runtime_check is not None:  # the declaration's check of a call its contracts admit
+            bound[f"s{index}"] = step
+            lines.append(f"    s{index}.check_runtime(({', '.join(local[ref] for ref in step.reads)},))")
         targets = [f"v{index}_{position}" for position in range(len(step.writes))]
         if len(targets) == 1:
             target = targets[0]

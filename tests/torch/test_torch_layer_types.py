@@ -294,6 +294,16 @@ def test_one_value_per_channel_in_training_is_an_hndl_error_before_the_layer_run
         plain(torch.randn(1, *shape))
 
 
+def test_a_compiled_network_raises_the_same_hndl_error_for_one_value_per_channel():
+    model = network("batch_norm()", input_shape=("B", 4, 1, 1), output_shape=("B", 4, 1, 1), device="cpu")
+    compiled = torch.compile(model, backend="eager")
+    assert compiled(torch.randn(2, 4, 1, 1)).shape == (2, 4, 1, 1)
+    with pytest.raises(HNDLError) as error:
+        compiled(torch.randn(1, 4, 1, 1))
+    assert error.value.code == "E_RUNTIME" and "more than one value per channel" in error.value.message
+    assert model.nodes.n_n0.num_batches_tracked.item() == 1  # only the batch of two ran
+
+
 # -- the runtime_check hook ----------------------------------------------------------------------------
 CALLS: list = []
 
