@@ -103,7 +103,8 @@ def torch_spelling(spec: Any) -> Any:
 
 def torch_name(name: Any, registry: Any) -> Optional[tuple[str, str]]:
     """(alias, call) of the operator in ``registry`` whose declaration answers to the torch (or paper)
-    name ``name`` (``silu`` -> ``("swish", "swish()")``), or None. Reads declarations only."""
+    name ``name`` (``silu``: the alias and call of the operator declaring that name), or None. Reads
+    declarations only."""
     if not isinstance(name, str) or len(name) > 64:
         return None
     specs = tuple(registry)

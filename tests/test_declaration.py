@@ -17,6 +17,7 @@ from hndl.declaration import (
     Example,
     OperatorSpec,
     Policy,
+    TorchSpelling,
     operator,
     spec_of,
 )
@@ -791,3 +792,78 @@ def test_plain_module_init_accepts_no_declared_args():
 def test_error_messages_name_alias_and_field():
     err = registry_error(alias="myop", version=0)
     assert "'myop'" in err.message and err.location.field == "version"
+
+
+# --------------------------------------------------------------------------------------
+# torch=TorchSpelling(...): how torch writes an operator, declared on the operator itself
+# --------------------------------------------------------------------------------------
+
+FLOAT_FIRST = {"eps": Arg(float, 1e-5, help="Epsilon.")}
+
+
+def test_torch_spelling_defaults_and_normalizes_its_tables():
+    spelling = TorchSpelling(signature="nn.SiLU()", names=("silu", "SiLU"), call="swish()",
+                             keywords={"inplace2": "Drop it."})
+    assert isinstance(spelling.names, MappingProxyType) and dict(spelling.names) == {"silu": "swish()",
+                                                                                     "SiLU": "swish()"}
+    assert isinstance(spelling.keywords, MappingProxyType) and spelling.keywords["inplace2"] == "Drop it."
+    assert spelling.call_for("SILU", "swish") == "swish()" and spelling.call_for("relu", "swish") is None
+    mapped = TorchSpelling(names={"mlp": "feed_forward()", "gelu_mlp": ""})
+    assert mapped.call_for("gelu_mlp", "feed_forward") == "feed_forward(...)"  # no call: the alias
+    empty = TorchSpelling()
+    assert (empty.signature, empty.hint, empty.width_first, dict(empty.names), dict(empty.keywords),
+            empty.unpack, empty.habit) == ("", "", False, {}, {}, "", None)
+    with pytest.raises(Exception):
+        spelling.hint = "other"  # frozen
+    with pytest.raises(TypeError):
+        spelling.names["x"] = "y"  # read-only
+    assert hash(spelling) == hash(TorchSpelling(signature="nn.SiLU()", names=("silu", "SiLU"), call="swish()",
+                                                keywords={"inplace2": "Drop it."}))
+    assert pickle.loads(pickle.dumps(spelling)) == spelling
+
+
+def test_an_operator_carries_its_torch_spelling_and_none_by_default():
+    spelling = TorchSpelling(signature="mylib.Norm(width, eps=1e-5)", hint="Write op().", width_first=True)
+    assert spec_of(declare(args=FLOAT_FIRST, torch=spelling)).torch is spelling
+    assert spec_of(declare()).torch is None
+    as_mapping = spec_of(declare(args=FLOAT_FIRST, torch={"signature": "mylib.Norm(width)", "width_first": True}))
+    assert as_mapping.torch == TorchSpelling(signature="mylib.Norm(width)", width_first=True)
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"signature": 3}, "torch.signature"),
+    ({"hint": None}, "torch.hint"),
+    ({"hint": "x" * 501}, "torch.hint"),
+    ({"call": b"swish()"}, "torch.call"),
+    ({"unpack": ["a"]}, "torch.unpack"),
+    ({"width_first": 1}, "torch.width_first"),
+    ({"habit": "reshape"}, "torch.habit"),
+    ({"names": "silu"}, "torch.names"),
+    ({"names": 3}, "torch.names"),
+    ({"names": ("not a name",)}, "torch.names"),
+    ({"names": ("x" * 65,)}, "torch.names"),
+    ({"names": (3,)}, "torch.names"),
+    ({"names": {"silu": 3}}, "torch.names"),
+    ({"names": tuple(f"n{i}" for i in range(33))}, "torch.names"),
+    ({"keywords": ("size",)}, "torch.keywords"),
+    ({"keywords": {"size": None}}, "torch.keywords"),
+    ({"keywords": {"size": "y" * 501}}, "torch.keywords"),
+    ({"keywords": {"": "empty"}}, "torch.keywords"),
+])
+def test_a_bad_torch_spelling_is_a_registry_error(fields, field):
+    with pytest.raises(HNDLError) as info:
+        TorchSpelling(**fields)
+    assert info.value.code == "E_REGISTRY" and info.value.location.field == field, info.value
+    with pytest.raises(HNDLError) as info:  # the mapping form is checked the same way, at declaration
+        declare(torch=fields)
+    assert info.value.code == "E_REGISTRY" and info.value.location.field == field, info.value
+
+
+def test_operator_refuses_what_is_not_a_torch_spelling():
+    assert registry_error(torch="nn.LayerNorm(64)").location.field == "torch"
+    assert registry_error(torch={"signature": "x", "spelling": "y"}).location.field == "torch"
+    # width_first refuses a transcribed integer width landing on a float: the first positional
+    # argument must be a float for that to mean anything.
+    error = registry_error(args={"width": Arg(int, 1, help="A width.")}, torch=TorchSpelling(width_first=True))
+    assert error.location.field == "torch.width_first"
+    assert registry_error(torch=TorchSpelling(width_first=True)).location.field == "torch.width_first"

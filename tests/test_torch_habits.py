@@ -10,6 +10,8 @@ old code.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,7 @@ from torch import nn
 
 import hndl
 from hndl import HNDLError, Registry
+from hndl.declaration import TorchSpelling
 from hndl.torch import network
 from hndl.suggestions import operator_remedies, synonym_remedy
 
@@ -383,3 +386,94 @@ def test_a_positional_overflow_without_a_torch_hint_names_the_keywords():
     assert error.remedies[-1] == "Pass the remaining values by keyword: embedding(padding_idx=...)."
     error = _refusal("dropout(0.1, True)", ("B", 3), ("B", 3))
     assert error.remedies == ("dropout takes no other arguments: write dropout(p).",)
+
+
+# --------------------------------------------------------------------------------------
+# The hints are the declarations' own (operator(torch=TorchSpelling(...))): a user's operator may
+# declare a torch spelling and gets the same remedies; the core names no first-party operator.
+# --------------------------------------------------------------------------------------
+
+def _scaled_registry() -> Registry:
+    registry = Registry.from_packs("basic")
+
+    def habit(args):
+        if args.get("factor", 1.0) < 0:
+            return ("factor", "scaled(factor<0): mylib flips the sign first", ("Write flip() then scaled().",))
+        return None
+
+    @registry.operator(
+        "scaled", identity="mine.scaled", summary="Multiply by a constant factor.",
+        shape="x[B, ...] -> out[B, ...]",
+        args={"factor": hndl.Arg(float, 1.0, help="The factor.")},
+        torch=TorchSpelling(
+            signature="mylib.Scale(width, factor=1.0)",
+            hint="scaled reads the width from its input: mylib's Scale(64) is scaled() here.",
+            width_first=True,
+            names=("Scale", "mylib_scale"),
+            call="scaled(factor)",
+            keywords={"scale": "scaled spells mylib's scale= as factor=: write scaled(factor=...)."},
+            unpack="Unlike mylib.scale, scaled returns the product only.",
+            habit=habit,
+        ),
+    )
+    class Scaled(nn.Module):
+        """Multiplies by factor."""
+
+        def __init__(self, factor: float = 1.0) -> None:
+            super().__init__()
+            self.factor = factor
+
+        def forward(self, x):
+            return x * self.factor
+
+    return registry
+
+
+def test_a_custom_operator_declaring_a_torch_spelling_gets_its_hints():
+    registry = _scaled_registry()
+    contract = dict(input_shape=("B", 4), output_shape=("B", 4), registry=registry)
+    error = _refusal("scaled(64)", **contract)  # the transcribed width, refused rather than read as factor=64.0
+    assert error.code == "E_ARGUMENT" and error.location.field == "factor"
+    assert "mylib.Scale(width, factor=1.0)" in error.message and "factor=64.0" in error.message
+    assert error.remedies == ("scaled reads the width from its input: mylib's Scale(64) is scaled() here.",)
+    assert _first_args(_resolve("scaled(2.0)", **contract))["factor"] == 2.0
+    error = _refusal("Scale(2.0)", **contract)
+    assert error.code == "E_OPERATOR" and error.remedies[0] == "HNDL calls Scale scaled: write scaled(factor)."
+    error = _refusal("scaled(scale=2.0)", **contract)
+    assert error.remedies[0] == "scaled spells mylib's scale= as factor=: write scaled(factor=...)."
+    error = _refusal("scaled(in_channels=4)", **contract)  # a declared torch spelling reads widths from inputs
+    assert error.remedies[0] == "scaled reads that width from its input tensor: leave it out, e.g. scaled()."
+    error = _refusal("scaled(factor=-1.0)", **contract)
+    assert error.location.field == "factor" and error.remedies == ("Write flip() then scaled().",)
+    error = _refusal("scaled(1.0, 2.0)", **contract)
+    assert error.remedies[0] == "scaled reads the width from its input: mylib's Scale(64) is scaled() here."
+    error = _refusal("a, b = scaled(2.0)\nout = a", **contract)
+    assert error.remedies[0].endswith(" Unlike mylib.scale, scaled returns the product only.")
+    assert synonym_remedy("mylib_scale", registry) == "HNDL calls mylib_scale scaled: write scaled(factor)."
+
+
+def test_a_torch_function_in_a_capture_is_named_from_the_capture_registrys_declarations():
+    registry = _scaled_registry()
+
+    def scaled(x):
+        return torch.cat([x, x], dim=1)
+
+    with pytest.raises(HNDLError) as caught:
+        hndl.resolve_callable(scaled, input_shape=("B", 3), output_shape=("B", 6), registry=registry)
+    assert caught.value.remedies[0] == "torch.cat is ops.concat(a, b, axis=1) in a capture."
+    with pytest.raises(HNDLError) as caught:  # a registry without concat names no concat
+        hndl.resolve_callable(scaled, input_shape=("B", 3), output_shape=("B", 6), registry=Registry())
+    assert not any("ops.concat" in remedy for remedy in caught.value.remedies)
+
+
+def test_the_core_names_no_first_party_operator():
+    """The torch-habit tables left hndl/suggestions.py and the configuration interpreter: no
+    first-party alias is spelled there, and no first-party module is named."""
+    root = Path(hndl.__file__).parent
+    sources = {path: path.read_text() for path in (root / "suggestions.py", root / "frontends" / "config" /
+                                                   "interpret.py")}
+    for spec in Registry.builtins():
+        for path, text in sources.items():
+            assert f'"{spec.alias}"' not in text and f"'{spec.alias}'" not in text, (spec.alias, path)
+    for path, text in sources.items():
+        assert "hndl_ops_" not in text, path
