@@ -477,3 +477,12 @@ def test_the_core_names_no_first_party_operator():
             assert f'"{spec.alias}"' not in text and f"'{spec.alias}'" not in text, (spec.alias, path)
     for path, text in sources.items():
         assert "hndl_ops_" not in text, path
+
+
+def test_the_catalog_page_shows_the_declared_torch_spelling():
+    from hndl.docs.catalog import operator_page
+
+    registry = Registry.builtins()
+    page = operator_page(registry.get("swish"), "basic", registry)
+    assert "- Torch: `nn.SiLU()`\n- Torch names: `silu`, `sigmoid_linear_unit`\n" in page
+    assert "- Torch" not in operator_page(registry.get("relu"), "basic", registry)  # declares none

@@ -124,11 +124,23 @@ def _category_tables(pack: str, specs: Sequence[OperatorSpec], heading: str, pre
 def operator_page(spec: OperatorSpec, pack: str, registry: Registry) -> str:
     lines = [f"# `{spec.alias}`", "", spec.summary, "",
              f"- Identity: `{spec.qualified}`", f"- Pack: `{pack}`", f"- Category: {spec.category or 'uncategorized'}",
-             f"- Class: `{spec.cls.__module__}.{spec.cls.__qualname__}`", ""]
+             f"- Class: `{spec.cls.__module__}.{spec.cls.__qualname__}`", *_torch(spec), ""]
     if spec.docstring:
         lines += [spec.docstring, ""]
     lines += _ports(spec) + _arguments(spec) + _policies(spec) + _examples(spec, registry)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _torch(spec: OperatorSpec) -> list[str]:
+    """The torch spelling the operator declares (``torch=TorchSpelling(...)``): torch's signature and the
+    torch names it answers to, as list items under the identity."""
+    spelling = spec.torch
+    if spelling is None:
+        return []
+    lines = [f"- Torch: `{spelling.signature}`"] if spelling.signature else []
+    if spelling.names:
+        lines.append(f"- Torch names: {', '.join(f'`{name}`' for name in spelling.names)}")
+    return lines
 
 
 def _ports(spec: OperatorSpec) -> list[str]:
