@@ -549,9 +549,10 @@ def operator(
     calls it once per input signature, before the node runs (the checked program, the dry run),
     so the module's class can stay torch's own layer; ``fn`` raises ``HNDLError`` or returns.
 
-    ``torch=TorchSpelling(...)`` (or a mapping of its fields) says how torch writes the operator: its signature, the HNDL
-    spelling of that call, the torch names and keywords it answers to (see :class:`TorchSpelling`).
-    The binder's torch-habit remedies read only this field, so a custom operator can declare one too.
+    ``torch=TorchSpelling(...)`` (or a mapping of its fields) says how torch writes the operator:
+    its signature, the HNDL spelling of that call, the torch names and keywords it answers to (see
+    :class:`TorchSpelling`). The binder's torch-habit remedies read only this field, so a custom
+    operator can declare one too.
     """
     _check_alias(alias)
     where = f"operator {alias!r}"

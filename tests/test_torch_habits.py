@@ -485,4 +485,17 @@ def test_the_catalog_page_shows_the_declared_torch_spelling():
     registry = Registry.builtins()
     page = operator_page(registry.get("swish"), "basic", registry)
     assert "- Torch: `nn.SiLU()`\n- Torch names: `silu`, `sigmoid_linear_unit`\n" in page
-    assert "- Torch" not in operator_page(registry.get("relu"), "basic", registry)  # declares none
+    assert "- Torch" not in operator_page(registry.get("channel_add"), "basic", registry)  # declares none
+
+
+@pytest.mark.parametrize("source, input_shape, output_shape", [
+    ("relu(in_channels=8)", ("B", 8), ("B", 8)),
+    ("conv(8, kernel_size=3, padding=1, num_channels=3)", ("B", 3, 4, 4), ("B", 8, 4, 4)),
+    ("attention(2, embed_dim=8)", ("B", 3, 8), ("B", 3, 8)),
+    ("residual_block(num_features=8)", ("B", 8, 4, 4), ("B", 8, 4, 4)),
+])
+def test_a_torch_width_keyword_is_told_the_width_comes_from_the_input(source, input_shape, output_shape):
+    error = _refusal(source, input_shape, output_shape)
+    alias = source.split("(")[0]
+    assert error.code == "E_ARGUMENT"
+    assert error.remedies[0] == f"{alias} reads that width from its input tensor: leave it out, e.g. {alias}()."

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 from .joins import same_shape
 
@@ -18,6 +19,7 @@ def _relation(s) -> None:
 
 @operator(
     "add",
+    torch=TorchSpelling(signature="torch.add(input, other)"),
     summary="Elementwise sum of two tensors of exactly the same shape.",
     shape="x, y -> out",
     relation=_relation,

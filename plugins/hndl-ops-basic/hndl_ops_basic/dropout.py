@@ -10,6 +10,7 @@ from hndl import Arg, Example, operator
 
 @operator(
     "dropout",
+    torch=dict(signature="nn.Dropout(p=0.5, inplace=False)"),
     summary="Inverted dropout: zero each element with probability p in training mode, identity in eval.",
     shape="x[B, ...] -> out[B, ...]",
     args={

@@ -11,6 +11,7 @@ from hndl import Example, operator
 
 @operator(
     "hardsigmoid",
+    torch=dict(signature="nn.Hardsigmoid(inplace=False)"),
     summary="Hard sigmoid, relu6(x + 3) / 6, applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

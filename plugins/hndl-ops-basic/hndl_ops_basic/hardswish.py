@@ -6,10 +6,12 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "hardswish",
+    torch=TorchSpelling(signature="nn.Hardswish(inplace=False)"),
     summary="Hard swish, x * relu6(x + 3) / 6, applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 
 def _validate(args) -> None:
@@ -20,6 +21,7 @@ def _validate(args) -> None:
 
 @operator(
     "hardtanh",
+    torch=TorchSpelling(signature="nn.Hardtanh(min_val=-1.0, max_val=1.0, inplace=False)"),
     summary="Hard tanh: x clipped to [min_val, max_val], applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     validate=_validate,

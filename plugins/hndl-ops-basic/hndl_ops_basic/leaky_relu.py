@@ -6,10 +6,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "leaky_relu",
+    torch=TorchSpelling(signature="nn.LeakyReLU(negative_slope=0.01, inplace=False)"),
     summary="Leaky rectified linear unit, x if x > 0 else negative_slope * x.",
     shape="x[B, ...] -> out[B, ...]",
     args={"negative_slope": Arg(float, 0.01, min=0, help="Slope applied to negative inputs.")},

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import axis_index, reject_batch
 
@@ -24,6 +25,7 @@ def _relation(s) -> None:
 
 @operator(
     "log_softmax",
+    torch=TorchSpelling(signature="nn.LogSoftmax(dim=None)"),
     summary="Log-softmax along one explicitly named non-batch axis: x - log(sum(exp(x))) over dim.",
     shape="x[B, ...] -> out[B, ...]",
     relation=_relation,

@@ -6,10 +6,12 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "matmul",
+    torch=TorchSpelling(signature="torch.matmul(input, other)"),
     summary="Batched matrix product of two activations: [B, ..., T, K] @ [B, ..., K, S] -> [B, ..., T, S].",
     shape="x[B, ..., T, K], y[B, ..., K, S] -> out[B, ..., T, S]",
     shape_text="Rank 3 [B, T, K] @ [B, K, S] or rank 4 [B, H, T, K] @ [B, H, K, S]; the leading axes agree "

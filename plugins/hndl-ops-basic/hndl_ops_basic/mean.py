@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import reduced_axis, reject_batch
 
@@ -20,6 +21,7 @@ def _relation(s) -> None:
 
 @operator(
     "mean",
+    torch=TorchSpelling(signature="torch.mean(input, dim, keepdim=False)"),
     summary="Mean over one non-batch axis, e.g. token pooling [B, T, D] -> [B, D].",
     shape="x -> out",
     relation=_relation,

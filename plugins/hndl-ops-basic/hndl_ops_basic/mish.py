@@ -7,10 +7,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "mish",
+    torch=TorchSpelling(signature="nn.Mish(inplace=False)"),
     summary="Mish, x * tanh(softplus(x)), applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import RANKS, gather_axes
 
@@ -57,6 +58,7 @@ def _relation(s) -> None:
 
 @operator(
     "permute",
+    torch=TorchSpelling(signature="torch.permute(input, dims)"),
     summary="Reorder the non-batch axes of each example, e.g. [B, C, H, W] -> [B, H, W, C].",
     shape="x -> out",
     relation=_relation,

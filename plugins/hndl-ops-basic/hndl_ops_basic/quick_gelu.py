@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 #: The slope CLIP's QuickGELU uses inside the sigmoid.
 SLOPE = 1.702
@@ -13,6 +14,7 @@ SLOPE = 1.702
 
 @operator(
     "quick_gelu",
+    torch=TorchSpelling(signature="transformers QuickGELUActivation()"),
     summary="CLIP's QuickGELU, x * sigmoid(1.702 * x), applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

@@ -6,10 +6,12 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "relu",
+    torch=TorchSpelling(signature="nn.ReLU(inplace=False)"),
     summary="Rectified linear unit, max(x, 0), applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

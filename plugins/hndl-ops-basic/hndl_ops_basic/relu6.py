@@ -6,10 +6,12 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "relu6",
+    torch=TorchSpelling(signature="nn.ReLU6(inplace=False)"),
     summary="ReLU capped at six, min(max(x, 0), 6), applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

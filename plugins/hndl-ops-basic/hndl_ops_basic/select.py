@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import reduced_axis, reject_batch
 
@@ -31,6 +32,7 @@ def _relation(s) -> None:
 
 @operator(
     "select",
+    torch=TorchSpelling(signature="torch.select(input, dim, index)"),
     summary="Take one position of one non-batch axis and drop the axis, e.g. the class token [B, T, D] -> [B, D].",
     shape="x -> out",
     relation=_relation,

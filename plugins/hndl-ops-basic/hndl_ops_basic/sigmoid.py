@@ -6,10 +6,12 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "sigmoid",
+    torch=TorchSpelling(signature="nn.Sigmoid()"),
     summary="Logistic sigmoid, 1 / (1 + exp(-x)), applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

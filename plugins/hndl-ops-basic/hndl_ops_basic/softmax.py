@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 
 def _validate(args) -> None:
@@ -41,6 +42,7 @@ def _relation(s) -> None:
 
 @operator(
     "softmax",
+    torch=TorchSpelling(signature="nn.Softmax(dim=None)"),
     summary="Softmax along one explicitly named non-batch axis: exp(x) / sum(exp(x)) over dim.",
     shape="x[B, ...] -> out[B, ...]",
     relation=_relation,

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import assert_ranks, axis_index, gather_axes, reject_batch, related_ranks
 
@@ -35,6 +36,7 @@ def _relation(s) -> None:
 
 @operator(
     "squeeze",
+    torch=TorchSpelling(signature="torch.squeeze(input, dim)"),
     summary="Remove one non-batch axis of extent 1, e.g. [B, 1, D] -> [B, D].",
     shape="x -> out",
     relation=_relation,

@@ -6,10 +6,12 @@ import torch
 from torch import nn
 
 from hndl import Example, operator
+from hndl.declaration import TorchSpelling
 
 
 @operator(
     "tanh",
+    torch=TorchSpelling(signature="nn.Tanh()"),
     summary="Hyperbolic tangent, applied elementwise.",
     shape="x[B, ...] -> out[B, ...]",
     category="activation",

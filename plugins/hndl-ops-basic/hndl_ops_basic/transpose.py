@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import assert_ranks, axis_index, gather_axes, reject_batch, related_ranks
 
@@ -28,6 +29,7 @@ def _relation(s) -> None:
 
 @operator(
     "transpose",
+    torch=TorchSpelling(signature="torch.transpose(input, dim0, dim1)"),
     summary="Swap two non-batch axes of each example, e.g. [B, T, D] -> [B, D, T].",
     shape="x -> out",
     relation=_relation,

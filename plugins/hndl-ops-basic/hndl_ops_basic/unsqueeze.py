@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 
 from .axes import assert_ranks, axis_index, gather_axes, reject_batch, related_ranks
 
@@ -27,6 +28,7 @@ def _relation(s) -> None:
 
 @operator(
     "unsqueeze",
+    torch=TorchSpelling(signature="torch.unsqueeze(input, dim)"),
     summary="Insert a new axis of extent 1 at a non-batch position, e.g. [B, D] -> [B, 1, D].",
     shape="x -> out",
     relation=_relation,

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 __all__ = ["t5_bucket", "t5_buckets", "RelativePositionBias"]
@@ -114,6 +115,7 @@ def _reference(module):
 
 @operator(
     "relative_position_bias",
+    torch=TorchSpelling(signature="transformers T5Attention.compute_bias(query_length, key_length)"),
     summary="T5's learned, bucketed relative position bias for self-attention over a [B, T, D] sequence: "
             "the additive [B, H, T, T] attention bias.",
     shape="x[B, T, D] -> out[B, H, T, T]",

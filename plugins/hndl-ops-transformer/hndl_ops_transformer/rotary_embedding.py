@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .rotary import apply_keeping_float32, rotary_frequencies, rotary_tables
@@ -51,6 +52,7 @@ def _reference(module):
 
 @operator(
     "rotary_embedding",
+    torch=TorchSpelling(signature="transformers LlamaRotaryEmbedding(config)"),
     summary="The cos/sin tables of rotary position embedding (RoPE) for positions 0..T-1, as [B, 2, T, R].",
     shape="x[B, T, D] -> out[B, 2, T, R]",
     relation=_relation,

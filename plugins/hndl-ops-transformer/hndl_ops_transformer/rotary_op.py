@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 from .rotary import apply_rotary
 
@@ -45,6 +46,7 @@ def _reference(module):
 
 @operator(
     "rotary",
+    torch=TorchSpelling(signature="transformers apply_rotary_pos_emb(q, k, cos, sin)"),
     summary="Rotate the queries or keys of each head by their position: RoPE applied to [B, H, T, E] with "
             "[B, 2, T, R] cos/sin tables.",
     shape="x[B, H, T, E], rope[B, 2, T, R] -> out[B, H, T, E]",

@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 
 def _ungrouped(query_heads: int, key_heads: int) -> str:
@@ -69,6 +70,8 @@ def _reference(module):
 
 @operator(
     "scaled_dot_product_attention",
+    torch=TorchSpelling(signature="F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, "
+                                 "is_causal=False, scale=None)"),
     summary="softmax(q k^T * scale + bias) v per head over [B, H, T, E] queries and [B, G, S, E] keys, "
             "with grouped key/value heads, an optional additive bias and causal masking.",
     shape="q[B, H, T, E], k[B, G, S, E], v[B, G, S, F], attn_bias?[B, H, T, S] -> out[B, H, T, F]",

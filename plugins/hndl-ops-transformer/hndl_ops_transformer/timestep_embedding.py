@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 
@@ -70,6 +71,7 @@ def _reference(module):
 
 @operator(
     "timestep_embedding",
+    torch=TorchSpelling(signature="diffusers Timesteps(num_channels, flip_sin_to_cos, downscale_freq_shift)"),
     summary="Sinusoidal embedding of a diffusion timestep t[B, 1] into [B, dims] (DDPM; diffusers' Timesteps).",
     shape="t[B, 1]:any -> out[B, D]",
     relation=_relation,

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .convolution import SIGNAL_AXIS
@@ -23,6 +24,7 @@ def _relation(s) -> None:
 
 @operator(
     "adaptive_avg_pool1d",
+    torch=TorchSpelling(signature="nn.AdaptiveAvgPool1d(output_size)"),
     summary="Average each channel of a [B, C, L] signal over windows chosen to give a fixed output length.",
     shape="x[B, C, L] -> out[B, C, L_out]",
     relation=_relation,

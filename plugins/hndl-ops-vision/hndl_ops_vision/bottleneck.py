@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .batch_statistics import check_batch_variance, reference_batch_norm
@@ -64,6 +65,8 @@ def _reference(module):
 
 @operator(
     "bottleneck",
+    torch=TorchSpelling(signature="torchvision Bottleneck(inplanes, planes, stride=1, downsample=None, groups=1, "
+                                 "base_width=64)"),
     version=2,
     summary="ResNet bottleneck block: 1x1 reduce, 3x3 (strided), 1x1 expand, each with batch norm, plus an "
             "identity or projected skip and a final ReLU.",

@@ -39,6 +39,7 @@ def _reference(module):
 
 @operator(
     "channel_shuffle",
+    torch=dict(signature="nn.ChannelShuffle(groups)"),
     summary="Interleave the channels of [B, C, H, W] across groups, as ShuffleNet does between grouped convolutions.",
     shape="x[B, C, H, W] -> out[B, C, H, W]",
     relation=_relation,

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
 from .batch_statistics import check_batch_variance, reference_batch_norm
@@ -130,6 +131,7 @@ def _reference(module):
 
 @operator(
     "inverted_residual",
+    torch=TorchSpelling(signature="torchvision InvertedResidual(inp, oup, stride, expand_ratio)"),
     version=2,
     summary="MobileNetV2/V3 inverted residual (EfficientNet MBConv): 1x1 expand, depthwise k x k, optional "
             "squeeze-excitation, 1x1 linear project, and a skip (with optional stochastic depth) when the shape "

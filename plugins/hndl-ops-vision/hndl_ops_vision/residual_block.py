@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hndl import Arg, Example, HNDLError, operator
+from hndl.declaration import TorchSpelling
 
 from .batch_statistics import TRAIN_REMEDY, one_value_per_channel, reference_batch_norm
 from .block_parts import norm_args, stochastic_depth_arg
@@ -46,6 +47,7 @@ def _reference(module):
 
 @operator(
     "residual_block",
+    torch=TorchSpelling(signature="torchvision BasicBlock(inplanes, planes, stride=1, downsample=None)"),
     version=2,
     summary="ResNet basic block: two 3x3 convolutions with batch norm and ReLU, plus an identity or projected skip.",
     shape="x[B, C_in, H, W] -> out[B, C_out, H_out, W_out]",
