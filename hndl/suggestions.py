@@ -109,11 +109,19 @@ def torch_name(name: Any, registry: Any) -> Optional[tuple[str, str]]:
         return None
     specs = tuple(registry)
     for spelling in _spellings(name):
-        for spec in specs:
-            declared = torch_spelling(spec)
-            call = declared.call_for(spelling, spec.alias) if declared is not None else None
-            if call is not None:
-                return spec.alias, call
+        found = _declared_call(spelling, specs)
+        if found is not None:
+            return found
+    return None
+
+
+def _declared_call(spelling: str, specs: tuple) -> Optional[tuple[str, str]]:
+    """(alias, call) of the first of ``specs`` whose declared torch names hold ``spelling``, or None."""
+    for spec in specs:
+        declared = torch_spelling(spec)
+        call = declared.call_for(spelling, spec.alias) if declared is not None else None
+        if call is not None:
+            return spec.alias, call
     return None
 
 
@@ -125,11 +133,9 @@ def synonym_remedy(name: Any, registry: Any) -> Optional[str]:
         return None
     specs = tuple(registry)
     for spelling in _spellings(name):
-        for spec in specs:
-            declared = torch_spelling(spec)
-            call = declared.call_for(spelling, spec.alias) if declared is not None else None
-            if call is not None:
-                return f"HNDL calls {name} {spec.alias}: write {call}."
+        found = _declared_call(spelling, specs)
+        if found is not None:
+            return f"HNDL calls {name} {found[0]}: write {found[1]}."
         if spelling != name and spelling in registry:
             return f"HNDL calls {name} {spelling}: write {spelling}(...)."
     return None
