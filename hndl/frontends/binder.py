@@ -49,7 +49,7 @@ class Symbol:
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):
         """Eager torch functions never run on symbolic tensors."""
         name = getattr(func, "__name__", repr(func))
-        synonym = torch_name(name, _capture_registry()) if isinstance(name, str) else None
+        synonym = torch_name(name, _capture_registry(args, kwargs)) if isinstance(name, str) else None
         raise HNDLError(
             "E_CAPTURE",
             f"torch.{name} cannot run on a symbolic tensor during capture",
@@ -58,12 +58,15 @@ class Symbol:
         )
 
 
-def _capture_registry() -> Any:
-    """The registry of the capture running now (whose declarations name torch's functions), or none."""
-    from .capture import _active  # the capture module imports this one; read only on an error path
-
-    capture = _active.get()
-    return capture.registry if capture is not None else ()
+def _capture_registry(args: Any, kwargs: Any) -> Any:
+    """The registry a symbolic tensor among a torch function's arguments is captured with (its
+    declarations name torch's functions), or none."""
+    values = [*(args or ()), *(kwargs or {}).values()]
+    for value in values:
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, Symbol):
+                return item.owner.registry
+    return ()
 
 
 class Binder:
@@ -72,6 +75,8 @@ class Binder:
     def __init__(self, contracts: Contracts, *, max_nodes: int) -> None:
         self.contracts = contracts
         self.max_nodes = max_nodes
+        #: The registry a capture resolves with (set by the capture): torch names for its remedies.
+        self.registry: Any = ()
         self.nodes: list[Node] = []
         self._ids: set[str] = set()
         self._declared: dict[OperatorSpec, _Declared] = {}

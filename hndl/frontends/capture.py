@@ -77,6 +77,7 @@ def capture(fn: Callable[..., Any], binder: Binder, registry) -> Graph:
             f"resolve_callable needs a callable, not {type(fn).__name__}",
             remedies=("Pass configuration text to resolve(), and a Python function to resolve_callable().",),
         )
+    binder.registry = registry
     token = _active.set(_Capture(binder, registry))
     try:
         names = binder.contracts.input_names
