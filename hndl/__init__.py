@@ -2,7 +2,8 @@
 
 The public surface is deliberately small (§7): the three resolution entry points, the ``ops``
 namespace for trusted capture, ``Registry``, ``ResolvedPlan``, ``HNDLError``, the declaration
-types, and the eight initializer schemes of §11. Construction lives in ``hndl.torch``.
+types (``TorchSpelling`` is our addition: how torch writes an operator), and the eight initializer
+schemes of §11. Construction lives in ``hndl.torch``.
 """
 
 from .construction import (
@@ -15,7 +16,7 @@ from .construction import (
     xavier_normal,
     xavier_uniform,
 )
-from .declaration import Arg, Example, Policy, operator
+from .declaration import Arg, Example, Policy, TorchSpelling, operator
 from .errors import HNDLError
 from .frontends.pipeline import resolve, resolve_callable, resolve_file
 from .plan import ResolvedPlan
@@ -35,6 +36,7 @@ __all__ = [
     "Arg",
     "Example",
     "Policy",
+    "TorchSpelling",
     "xavier_uniform",
     "xavier_normal",
     "kaiming_uniform",
