@@ -500,12 +500,14 @@ def test_onnx_export_with_a_dynamic_batch_runs_in_onnxruntime_like_the_handwritt
     ("positional_embedding(max_length=32)", ("B", 10, 16), ("B", 10, 16)),
     ("window_partition(4)", ("B", 8, 8, 8), ("B", 4, 16, 8)),
     ("window_partition((2, 3))\nwindow_merge((2, 3))\nconv(kernel_size=1)", ("B", 3, 5, 5), ("B", 3, 5, 5)),
-], ids=["positional_embedding", "positional_embedding-max_length", "window_partition", "window_merge"])
+    ("a, b = chunk(2)\nadd(a, b)", ("B", 8), ("B", 4)),
+], ids=["positional_embedding", "positional_embedding-max_length", "window_partition", "window_merge", "chunk"])
 def test_the_classic_onnx_exporter_traces_these_operators_without_hndl_warnings(source, input_shape, output_shape,
                                                                                 tmp_path):
     """Each compared a traced size in Python (a TracerWarning: "the trace might not generalize"):
     positional_embedding its table's length, the window operators an unshifted axis's extent (a shifted
-    window_partition, which learns the map size only from its input, still does)."""
+    window_partition, which learns the map size only from its input, still does), chunk its extent's
+    divisibility."""
     model = network(source, input_shape=input_shape, output_shape=output_shape, device="cpu",
                     initialization_seed=0).eval()
     x = torch.randn(3, *input_shape[1:], generator=torch.Generator().manual_seed(0))

@@ -101,10 +101,11 @@ class Chunk(nn.Module):
         self.dim = dim
 
     def forward(self, x):
-        extent = x.shape[self.dim]
-        if extent % self.chunks:
+        # Under torch.jit.trace the extent is a traced value: the plan already proved it divides, and
+        # torch.chunk records the section count rather than a size fixed at the traced batch.
+        if not torch.jit.is_tracing() and x.shape[self.dim] % self.chunks:
             raise HNDLError(
                 "E_RUNTIME",
-                f"chunk cannot divide extent {extent} on dim {self.dim} into {self.chunks} equal sections",
+                f"chunk cannot divide extent {x.shape[self.dim]} on dim {self.dim} into {self.chunks} equal sections",
             )
-        return tuple(torch.split(x, extent // self.chunks, dim=self.dim))
+        return tuple(torch.chunk(x, self.chunks, dim=self.dim))
