@@ -26,23 +26,15 @@ Run with ``.venv/bin/python -m pytest -m benchmark tests/benchmark/test_llama_sp
 
 from __future__ import annotations
 
-import gc
-import os
-import statistics
-import time
-from contextlib import contextmanager
-
 import pytest
 import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from hndl.collector import collector_paused
 from hndl.torch import network
 
 pytestmark = [pytest.mark.benchmark, pytest.mark.usefixtures("one_thread")]
 
-ROUNDS = int(os.environ.get("HNDL_BENCHMARK_ROUNDS", "21"))
 BATCH, LENGTH, WIDTH, HEADS, KV_HEADS, HIDDEN = 4, 128, 256, 8, 2, 688
 TARGET = 1.05
 SOURCE = f"""
@@ -51,13 +43,6 @@ transformer_block(x, {HEADS}, kv_heads={KV_HEADS}, causal=True, qkv="separate", 
 """  # noqa: E501
 NAMES = {"norm1": "input_layernorm", "norm2": "post_attention_layernorm", "attention.": "self_attn.",
          "out_proj": "o_proj", "feed_forward.": "mlp."}
-
-
-@contextmanager
-def _gc_paused():
-    gc.collect()
-    with collector_paused():
-        yield
 
 
 def _their_name(name: str) -> str:
@@ -88,61 +73,22 @@ def _models():
     return ours, (layer, rotary), theirs
 
 
-def _loop(fn, calls: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - start) / calls / 1e3  # µs per call
-
-
-def _round(first, second, calls: int, repeats: int) -> tuple[float, float]:
-    a, b = [], []
-    for _ in range(repeats):
-        a.append(_loop(first, calls))
-        b.append(_loop(second, calls))
-    return min(a), min(b)
-
-
-def _compare(label, ours, theirs, *, calls, target, repeats=3, warmup_rounds=3, rounds=ROUNDS):
-    for _ in range(warmup_rounds):
-        _round(ours, theirs, calls, 1)
-    hndl_times, their_times, ratios = [], [], []
-    with _gc_paused():
-        for index in range(rounds):
-            if index % 2 == 0:
-                a, b = _round(ours, theirs, calls, repeats)
-            else:
-                b, a = _round(theirs, ours, calls, repeats)
-            hndl_times.append(a)
-            their_times.append(b)
-            ratios.append(a / b)
-    hndl_median, their_median = statistics.median(hndl_times), statistics.median(their_times)
-    ratio = statistics.median(ratios)
-    print(
-        f"\n{label}: hndl {hndl_median:.1f} µs/call, transformers {their_median:.1f} µs/call, "
-        f"ratio of medians {hndl_median / their_median:.3f}, median round ratio {ratio:.3f} "
-        f"(rounds {min(ratios):.3f}..{max(ratios):.3f}; best {min(hndl_times):.1f} / {min(their_times):.1f} µs = "
-        f"{min(hndl_times) / min(their_times):.3f}; {rounds} rounds x {repeats} alternations x {calls} calls; "
-        f"target <= {target})"
-    )
-    return ratio
-
-
 LABEL = f"LLaMA decoder layer (batch {BATCH}, T={LENGTH}, D={WIDTH}, heads {HEADS}/{KV_HEADS}, SwiGLU {HIDDEN})"
 
 
-def test_llama_layer_eval_forward_is_within_5_percent_of_transformers():
+def test_llama_layer_eval_forward_is_within_5_percent_of_transformers(side_by_side):
     ours, (layer, rotary), theirs = _models()
     ours.eval()
     layer.eval()
     x = torch.randn(BATCH, LENGTH, WIDTH)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), theirs(x))
-        ratio = _compare(f"{LABEL}, eval/no_grad", lambda: ours(x), lambda: theirs(x), calls=2, target=TARGET)
+        ratio = side_by_side(f"{LABEL}, eval/no_grad", lambda: ours(x), lambda: theirs(x), calls=2, target=TARGET,
+                             reference="transformers")
     assert ratio <= TARGET
 
 
-def test_llama_layer_training_step_is_within_5_percent_of_transformers():
+def test_llama_layer_training_step_is_within_5_percent_of_transformers(side_by_side):
     ours, (layer, rotary), theirs = _models()
     ours.train()
     layer.train()
@@ -162,6 +108,6 @@ def test_llama_layer_training_step_is_within_5_percent_of_transformers():
     our_input_grad = x.grad.clone()
     step(theirs, their_parameters)()
     torch.testing.assert_close(our_input_grad, x.grad)
-    ratio = _compare(f"{LABEL}, train forward+backward", step(ours, our_parameters), step(theirs, their_parameters),
-                     calls=1, target=TARGET)
+    ratio = side_by_side(f"{LABEL}, train forward+backward", step(ours, our_parameters),
+                         step(theirs, their_parameters), calls=1, target=TARGET, reference="transformers")
     assert ratio <= TARGET

@@ -20,33 +20,17 @@ Run with ``.venv/bin/python -m pytest -m benchmark tests/benchmark/test_transfor
 
 from __future__ import annotations
 
-import gc
-import os
-import statistics
-import time
-from contextlib import contextmanager
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hndl.collector import collector_paused
 from hndl.torch import network
 
 pytestmark = [pytest.mark.benchmark, pytest.mark.usefixtures("one_thread")]
 
-ROUNDS = int(os.environ.get("HNDL_BENCHMARK_ROUNDS", "21"))
 BATCH, LENGTH, WIDTH, HEADS = 8, 64, 256, 8
 TARGET = 1.05
-
-
-@contextmanager
-def _gc_paused():
-    """timeit's discipline: collect once, then no collection while timing."""
-    gc.collect()
-    with collector_paused():
-        yield
 
 
 class HandwrittenBlock(nn.Module):
@@ -85,49 +69,8 @@ class HandwrittenBlock(nn.Module):
         return state
 
 
-def _loop(fn, calls: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - start) / calls / 1e3  # µs per call
-
-
-def _round(first, second, calls: int, repeats: int) -> tuple[float, float]:
-    """One round: the two models alternate ``repeats`` times; each keeps its fastest timing."""
-    a, b = [], []
-    for _ in range(repeats):
-        a.append(_loop(first, calls))
-        b.append(_loop(second, calls))
-    return min(a), min(b)
-
-
-def _compare(label, ours, theirs, *, calls, target, repeats=3, warmup_rounds=3, rounds=ROUNDS):
-    for _ in range(warmup_rounds):
-        _round(ours, theirs, calls, 1)
-    hndl_times, hand_times, ratios = [], [], []
-    with _gc_paused():
-        for index in range(rounds):
-            if index % 2 == 0:
-                a, b = _round(ours, theirs, calls, repeats)
-            else:
-                b, a = _round(theirs, ours, calls, repeats)
-            hndl_times.append(a)
-            hand_times.append(b)
-            ratios.append(a / b)
-    hndl_median, hand_median = statistics.median(hndl_times), statistics.median(hand_times)
-    ratio = statistics.median(ratios)
-    print(
-        f"\n{label}: hndl {hndl_median:.1f} µs/call, handwritten {hand_median:.1f} µs/call, "
-        f"ratio of medians {hndl_median / hand_median:.3f}, median round ratio {ratio:.3f} "
-        f"(rounds {min(ratios):.3f}..{max(ratios):.3f}; best {min(hndl_times):.1f} / {min(hand_times):.1f} µs = "
-        f"{min(hndl_times) / min(hand_times):.3f}; {rounds} rounds x {repeats} alternations x {calls} calls; "
-        f"target <= {target})"
-    )
-    return ratio
-
-
 @pytest.mark.parametrize("causal", [True, False])
-def test_transformer_block_forward_is_within_5_percent_of_handwritten(causal):
+def test_transformer_block_forward_is_within_5_percent_of_handwritten(causal, side_by_side):
     torch.manual_seed(0)
     shape = ("B", LENGTH, WIDTH)
     model = network(f"transformer_block({HEADS}, causal={causal})", input_shape=shape, output_shape=shape,
@@ -139,6 +82,6 @@ def test_transformer_block_forward_is_within_5_percent_of_handwritten(causal):
     x = torch.randn(BATCH, LENGTH, WIDTH)
     with torch.no_grad():
         assert torch.equal(model(x), reference(x)), "the two blocks must compute the same thing before timing"
-        ratio = _compare(f"transformer_block (batch {BATCH}, T={LENGTH}, D={WIDTH}, heads {HEADS}, causal={causal}), "
-                         "eval/no_grad", lambda: model(x), lambda: reference(x), calls=2, target=TARGET)
+        ratio = side_by_side(f"transformer_block (batch {BATCH}, T={LENGTH}, D={WIDTH}, heads {HEADS}, causal={causal}), "
+                             "eval/no_grad", lambda: model(x), lambda: reference(x), calls=2, target=TARGET)
     assert ratio <= TARGET
