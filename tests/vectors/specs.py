@@ -85,10 +85,36 @@ def registry_for(name: str) -> Registry:
     return custom_registry() if VECTORS[name].get("registry") == "custom" else Registry.builtins()
 
 
-def resolve_vector(name: str):
+def resolve_vector(name: str, *, recorded_versions: bool = True):
+    """Resolve the vector's specification again. With ``recorded_versions`` each alias whose
+    operator has since raised its version is spelled as the alias that keeps the version the
+    vector records (``conv`` -> ``conv_v1`` once conv is conv2d@2), so the plan can be compared
+    byte for byte; without it, the specification resolves to today's versions."""
     import hndl
 
     spec = dict(VECTORS[name])
     spec.pop("registry", None)
     source = spec.pop("source")
-    return hndl.resolve(source, registry=registry_for(name), **spec)
+    registry = registry_for(name)
+    if recorded_versions:
+        source = _recorded_spelling(source, name, registry)
+    return hndl.resolve(source, registry=registry, **spec)
+
+
+def _recorded_spelling(source: str, name: str, registry: Registry) -> str:
+    """``source`` with each call of an operator whose current version differs from the one the
+    saved vector records replaced by the alias registered for the recorded version."""
+    import json
+    import re
+    from pathlib import Path
+
+    record = json.loads((Path(__file__).parent / f"{name}.json").read_text(encoding="utf-8"))
+    recorded = {node["op"] for node in record["nodes"]}
+    for alias in registry.aliases():
+        current = registry.get(alias)
+        for identity in recorded:
+            base, _, version = identity.rpartition("@")
+            if base == current.identity and int(version) != current.version:
+                kept = registry.by_identity(identity).alias
+                source = re.sub(rf"\b{re.escape(alias)}\(", f"{kept}(", source)
+    return source
