@@ -17,6 +17,7 @@ from .moe import MoE
 from .positional_embedding import PositionalEmbedding
 from .positional_embedding_v1 import PositionalEmbeddingV1
 from .relative_position_bias import RelativePositionBias
+from .relative_position_table import RelativePositionTable
 from .rotary_embedding import RotaryEmbedding
 from .rotary_op import Rotary
 from .scaled_dot_product_attention import ScaledDotProductAttention
@@ -30,7 +31,7 @@ OPERATORS: tuple[type, ...] = (PositionalEmbedding, Attention, FeedForward, Tran
                                PositionalEmbeddingV1, FeedForwardV1, TransformerBlockV1, AttentionV1,
                                FeedForwardV2, TransformerBlockV2,
                                SplitHeads, MergeHeads, ScaledDotProductAttention, RotaryEmbedding, Rotary,
-                               RelativePositionBias, TimestepEmbedding)
+                               RelativePositionBias, TimestepEmbedding, RelativePositionTable)
 
 
 @hookimpl

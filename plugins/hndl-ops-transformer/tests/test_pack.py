@@ -10,7 +10,7 @@ from hndl.packs import installed_packs
 ALIASES = ("positional_embedding", "attention", "feed_forward", "transformer_block", "moe", "learned_tokens",
            "positional_embedding_v1", "feed_forward_v1", "transformer_block_v1", "attention_v1", "feed_forward_v2",
            "transformer_block_v2", "split_heads", "merge_heads", "scaled_dot_product_attention", "rotary_embedding",
-           "rotary", "relative_position_bias", "timestep_embedding")
+           "rotary", "relative_position_bias", "timestep_embedding", "relative_position_table")
 
 
 def test_registered_under_the_entry_point_group():
@@ -48,6 +48,7 @@ def test_every_operator_has_its_version_and_a_catalog_category():
         "rotary": ("rotary@1", "attention"),
         "relative_position_bias": ("relative_position_bias@1", "attention"),
         "timestep_embedding": ("timestep_embedding@1", "embedding"),
+        "relative_position_table": ("relative_position_table@1", "attention"),
     }
 
 
