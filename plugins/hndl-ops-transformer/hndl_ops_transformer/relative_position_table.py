@@ -41,9 +41,10 @@ def _relation(s) -> None:
     both the input and the output and a contract with another T is E_CONSTRAINT."""
     window = tuple(s.args["window"])
     count = _positions(window)
-    for port, index in (("x", 1), ("out", 2), ("out", 3)):
+    for port, index, rank in (("x", 1, 3), ("out", 2, 4), ("out", 3, 4)):
         shape = s.shape(port)
-        known = None if shape is None else shape[index]
+        # a shape of another rank is the pattern's rank conflict, reported as such; no T to read
+        known = None if shape is None or len(shape) != rank else shape[index]
         if isinstance(known, int) and known != count:
             s.error("E_CONSTRAINT",
                     f"relative_position_table's window {window} holds {window[0]} * {window[1]} = {count} "

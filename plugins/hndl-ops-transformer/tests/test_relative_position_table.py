@@ -163,6 +163,20 @@ def test_window_attention_written_from_primitives_matches_torchvision(window):
     torch.testing.assert_close(model(windows.reshape(4, length, dim)), expected)
 
 
+
+def test_fused_attention_with_the_table_on_its_bias_port_matches_torchvision():
+    torch.manual_seed(4)
+    window, dim, heads = (2, 2), 8, 2
+    theirs = _torchvision(window, heads=heads, dim=dim)
+    source = f"bias = relative_position_table(x, {heads}, {window!r})\nout = attention(x, bias, heads={heads})"
+    model = network(source, input_shape=("B", 4, dim), output_shape=("B", 4, dim), device="cpu").eval()
+    model.nodes.n_n0.load_state_dict({name: theirs.state_dict()[name]
+                                      for name in ("relative_position_bias_table", "relative_position_index")})
+    model.nodes.n_n1.load_state_dict({"in_proj_weight": theirs.qkv.weight, "in_proj_bias": theirs.qkv.bias,
+                                      "out_proj.weight": theirs.proj.weight, "out_proj.bias": theirs.proj.bias})
+    windows = torch.randn(3, 2, 2, dim)
+    torch.testing.assert_close(model(windows.reshape(3, 4, dim)), theirs(windows).reshape(3, 4, dim))
+
 def test_the_bias_is_shared_by_every_example():
     model, _ = _table(2, (2, 2))
     out = model(torch.randn(3, 4, 8))
@@ -214,6 +228,11 @@ def test_a_token_count_other_than_the_window_is_a_constraint_error():
     assert error.code == "E_CONSTRAINT" and "49" in error.message and error.remedies
     error = _fails("relative_position_table(2, (1, 5))", ("B", 4, 8), ("B", 2, 4, 4))
     assert error.code == "E_CONSTRAINT" and "window=(1, 4)" in " ".join(error.remedies)
+
+
+def test_a_sequence_of_another_rank_is_a_rank_constraint_error():
+    error = _fails("relative_position_table(2, (2, 3))", ("B", 24), ("B", 2, 6, 6))
+    assert error.code == "E_CONSTRAINT" and "rank 3" in error.message
 
 
 def test_contradicting_output_contracts_are_constraint_errors():
