@@ -113,7 +113,7 @@ class RelativePositionTable(nn.Module):
     This is the bias inside torchvision's `ShiftedWindowAttention` (and the vision pack's
     `window_attention`), split out so that attention written from primitives
     (`split_heads`, `scaled_dot_product_attention(..., attn_bias)`, `merge_heads`) or the fused
-    `attention` (`bias` port) can use it. Unlike T5's `relative_position_bias`, every offset has
+    `attention` (`attn_bias` port) can use it. Unlike T5's `relative_position_bias`, every offset has
     its own entry (no buckets), so the table is tied to one window size. `window=(1, T)` is the
     1-D form: a table of `2T - 1` offsets `s - t`, entry `t - s + T - 1`.
 
