@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import torch
 from torch import nn
 
 from hndl import Example, operator
+
+from .joins import channel_spread
 
 
 def _reference(module):
@@ -47,5 +51,9 @@ class ChannelAdd(nn.Module):
     `x`. A `y` whose width differs from `x`'s channels is E_CONSTRAINT. No parameters, no
     buffers, identical in train and eval mode."""
 
+    def __init__(self, *, input_shapes: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.spread = channel_spread(len(input_shapes["x"]))
+
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return x + y.reshape(*y.shape, *([1] * (x.dim() - 2)))
+        return x + y[self.spread]

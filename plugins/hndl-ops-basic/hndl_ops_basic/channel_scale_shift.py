@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import torch
 from torch import nn
 
 from hndl import Example, operator
+
+from .joins import channel_spread
 
 
 def _reference(module):
@@ -49,7 +53,10 @@ class ChannelScaleShift(nn.Module):
     broadcast (§3); this is the declared form of the broadcast the reference performs. No
     parameters, no buffers, identical in train and eval mode."""
 
+    def __init__(self, *, input_shapes: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.spread = channel_spread(len(input_shapes["x"]))
+
     def forward(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         scale, shift = params.chunk(2, dim=1)
-        trailing = [1] * (x.dim() - 2)
-        return torch.addcmul(shift.reshape(*shift.shape, *trailing), x, 1 + scale.reshape(*scale.shape, *trailing))
+        return torch.addcmul(shift[self.spread], x, 1 + scale[self.spread])

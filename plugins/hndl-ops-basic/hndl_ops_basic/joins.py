@@ -71,3 +71,10 @@ def _per_channel(a: list, b: list) -> Optional[bool]:
             continue
         return narrow_is_b
     return None
+
+
+def channel_spread(rank: int) -> tuple:
+    """The index that lines a ``[B, C]`` tensor up with every position of a rank-``rank``
+    ``[B, C, ...]`` tensor (``y[:, :, None, None]`` for rank 4): a constant, fixed when the node
+    is built, so fx's symbolic tracer and torch.export record it as it is."""
+    return (slice(None), slice(None)) + (None,) * (rank - 2)

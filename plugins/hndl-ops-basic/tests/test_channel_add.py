@@ -117,3 +117,16 @@ def test_other_errors(registry):
     assert _fails(registry, "channel_add(x, y, 1)", shapes, ("B", 8, 4)).code == "E_ARGUMENT"
     assert _fails(registry, "channel_add(x)", {"x": ("B", 8, 4)}, ("B", 8, 4)).code == "E_BINDING"
     assert _fails(registry, "channel_add(x, y)", shapes, ("B", 8, 4), input_dtype={"y": "int64"}).code == "E_DTYPE"
+
+
+@pytest.mark.parametrize("shape", [("B", 6), ("B", 6, 5), ("B", 6, 3, 4)])
+def test_fx_and_export_trace_the_per_channel_index(registry, shape):
+    model = network("channel_add(x, y)", input_shape={"x": shape, "y": ("B", 6)}, output_shape=shape,
+                    device="cpu", registry=registry)
+    x, y = torch.randn(2, *shape[1:]), torch.randn(2, 6)
+    expected = model(x=x, y=y)
+    traced = torch.fx.symbolic_trace(model)
+    torch.testing.assert_close(traced(x, y), expected)
+    exported = torch.export.export(model, (x, y))
+    torch.testing.assert_close(exported.module()(x, y), expected)
+

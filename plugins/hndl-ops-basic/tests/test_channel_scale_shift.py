@@ -142,3 +142,16 @@ def test_other_errors(registry):
     assert _fails(registry, "channel_scale_shift(x, params, 1)", shapes, ("B", 8, 4)).code == "E_ARGUMENT"
     assert _fails(registry, "channel_scale_shift(x)", {"x": ("B", 8, 4)}, ("B", 8, 4)).code == "E_BINDING"
     assert _fails(registry, source, shapes, ("B", 8, 4), input_dtype={"params": "int64"}).code == "E_DTYPE"
+
+
+@pytest.mark.parametrize("shape", [("B", 6), ("B", 6, 5), ("B", 6, 3, 4)])
+def test_fx_and_export_trace_the_per_channel_index(registry, shape):
+    model = network("channel_scale_shift(x, params)", input_shape={"x": shape, "params": ("B", 12)}, output_shape=shape,
+                    device="cpu", registry=registry)
+    x, params = torch.randn(2, *shape[1:]), torch.randn(2, 12)
+    expected = model(x=x, params=params)
+    traced = torch.fx.symbolic_trace(model)
+    torch.testing.assert_close(traced(x, params), expected)
+    exported = torch.export.export(model, (x, params))
+    torch.testing.assert_close(exported.module()(x, params), expected)
+
