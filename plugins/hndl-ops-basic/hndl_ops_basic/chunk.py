@@ -101,11 +101,12 @@ class Chunk(nn.Module):
         self.dim = dim
 
     def forward(self, x):
-        # Under torch.jit.trace the extent is a traced value: the plan already proved it divides, and
-        # torch.chunk records the section count rather than a size fixed at the traced batch.
-        if not torch.jit.is_tracing() and x.shape[self.dim] % self.chunks:
+        # Under torch.jit.trace the extent is a traced value and under fx a proxy: the plan already proved
+        # it divides, and torch.chunk records the section count rather than a size fixed at the traced batch.
+        extent = x.shape[self.dim]
+        if isinstance(extent, int) and not torch.jit.is_tracing() and extent % self.chunks:
             raise HNDLError(
                 "E_RUNTIME",
-                f"chunk cannot divide extent {x.shape[self.dim]} on dim {self.dim} into {self.chunks} equal sections",
+                f"chunk cannot divide extent {extent} on dim {self.dim} into {self.chunks} equal sections",
             )
-        return tuple(torch.chunk(x, self.chunks, dim=self.dim))
+        return torch.chunk(x, self.chunks, dim=self.dim)  # a tuple of views (a proxy under fx)

@@ -9,7 +9,6 @@ from typing import Any, Mapping, Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hndl import Arg, Example, HNDLError, operator
 from hndl.declaration import TorchSpelling
@@ -17,7 +16,9 @@ from hndl.arg import MAX_EXTENT
 
 from .heads import check_heads, heads_divide_width
 from .rotary import apply_keeping_float32, apply_rotary, rotary_frequencies, rotary_tables
-from .scaled_dot_product_attention import causal_mask
+from .scaled_dot_product_attention import attend, causal_mask
+
+torch.fx.wrap("attend")
 
 QKV_LAYOUTS = ("fused", "separate")
 PROJECTIONS = ("query", "key", "value", "out")
@@ -420,7 +421,7 @@ class Attention(nn.Module):
         return apply_keeping_float32(self, "inv_freq", super()._apply, fn, recurse)
 
     def _project(self, x, context):
-        batch, length, _ = x.shape
+        batch, length = x.shape[0], x.shape[1]  # indexed, not unpacked: fx traces a proxy's shape by item
         heads, groups, size = self.heads, self.kv_heads, self.head_dim
         if context is None:
             context = x
@@ -443,7 +444,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor] = None, rope: Optional[torch.Tensor] = None,
                 context: Optional[torch.Tensor] = None) -> torch.Tensor:
-        batch, length, _ = x.shape
+        batch, length = x.shape[0], x.shape[1]
         q, k, v = self._project(x, context)
         if self.inv_freq is not None:
             cos, sin = rotary_tables(self.inv_freq, length, q.dtype)
@@ -458,13 +459,7 @@ class Attention(nn.Module):
         if grouped and torch.jit.is_tracing():  # the TorchScript ONNX exporter has no enable_gqa: repeat the heads
             k, v = (t.repeat_interleave(self.heads // self.kv_heads, dim=1) for t in (k, v))
             grouped = False
-        if x.dtype == torch.float64:
-            with sdpa_kernel(SDPBackend.MATH):
-                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=self.scale,
-                                                       enable_gqa=grouped)
-        else:
-            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=self.scale,
-                                                   enable_gqa=grouped)
+        mixed = attend(q, k, v, bias, causal, self.scale, grouped)
         return self.out_proj(mixed.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
 
     def extra_repr(self) -> str:

@@ -56,7 +56,7 @@ def rotary_tables(inv_freq: torch.Tensor, length: int,
     angles = positions[:, None] * inv_freq.to(dtype=torch.float32)[None, :]
     angles = torch.cat((angles, angles), dim=-1)
     cos, sin = angles.cos(), angles.sin()
-    if dtype is not None and dtype != torch.float32:
+    if dtype is not None:  # a no-op at float32; no comparison, so fx records a traced dtype as it is
         cos, sin = cos.to(dtype), sin.to(dtype)
     return cos, sin
 
@@ -78,9 +78,10 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     (and in the tables, should they require gradients) to any order.
     """
     rotated = cos.shape[-1]
-    # Under torch.jit.trace (and the classic ONNX exporter) sizes are traced tensors: comparing them would be
-    # a TracerWarning, so a trace records the general form, which computes the same with an empty tail.
-    if not torch.jit.is_tracing() and rotated == x.shape[-1]:
+    # Under torch.jit.trace (and the classic ONNX exporter) sizes are traced tensors, and under fx proxies:
+    # comparing them would be a TracerWarning or a TraceError, so a trace records the general form, which
+    # computes the same with an empty tail.
+    if isinstance(rotated, int) and not torch.jit.is_tracing() and rotated == x.shape[-1]:
         return x * cos + rotate_half(x) * sin
     head, tail = x[..., :rotated], x[..., rotated:]
     return torch.cat((head * cos + rotate_half(head) * sin, tail), dim=-1)

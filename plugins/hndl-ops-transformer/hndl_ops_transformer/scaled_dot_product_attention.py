@@ -39,6 +39,21 @@ def _relation(s) -> None:
         s.error("E_CONSTRAINT", f"{_ungrouped(heads, groups)}. {_REMEDY}")
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
+           scale: Optional[float], grouped: bool) -> torch.Tensor:
+    """``F.scaled_dot_product_attention``, through torch's math kernel for float64 (the one kernel
+    with a second derivative). fx records it as one call (``torch.fx.wrap``), since it decides on
+    the dtype in Python."""
+    if q.dtype == torch.float64:
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                                  enable_gqa=grouped)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=grouped)
+
+
+torch.fx.wrap("attend")
+
+
 def causal_mask(queries: int, keys: int, device: Optional[torch.device] = None) -> torch.Tensor:
     """The ``[queries, keys]`` boolean mask of allowed pairs, top-left aligned as torch's
     ``is_causal``: query ``i`` attends to keys ``0 .. i``."""
@@ -160,12 +175,7 @@ class ScaledDotProductAttention(nn.Module):
         if grouped and torch.jit.is_tracing():  # the TorchScript ONNX exporter has no enable_gqa: repeat the heads
             k, v = k.repeat_interleave(self.repeats, dim=1), v.repeat_interleave(self.repeats, dim=1)
             grouped = False
-        if q.dtype == torch.float64:
-            with sdpa_kernel(SDPBackend.MATH):
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=self.scale,
-                                                      enable_gqa=grouped)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=self.scale,
-                                              enable_gqa=grouped)
+        return attend(q, k, v, bias, causal, self.scale, grouped)
 
     def extra_repr(self) -> str:
         scale = "1/sqrt(E)" if self.scale is None else repr(self.scale)

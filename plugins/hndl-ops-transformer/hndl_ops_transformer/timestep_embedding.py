@@ -56,7 +56,7 @@ def _reference(module):
         half = module.dims // 2
         exponent = -math.log(module.max_period) * torch.arange(0, half, dtype=torch.float32, device=t.device)
         exponent = exponent / (half - module.downscale_freq_shift)
-        wide = torch.float64 if t.dtype == torch.float64 else torch.float32
+        wide = torch.promote_types(t.dtype, torch.float32)  # float64 stays float64; ids and halves go to float32
         angles = t.reshape(-1)[:, None].to(wide) * torch.exp(exponent)[None, :].to(wide)
         angles = module.scale * angles
         emb = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
@@ -155,7 +155,7 @@ class TimestepEmbedding(nn.Module):
         return result
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
-        wide = torch.float64 if t.dtype == torch.float64 else torch.float32
+        wide = torch.promote_types(t.dtype, torch.float32)  # float64 stays float64; ids and halves go to float32
         angles = t.reshape(-1, 1).to(wide) * self.frequencies[None, :].to(wide)
         if self.scale != 1.0:
             angles = self.scale * angles
