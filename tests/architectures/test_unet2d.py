@@ -42,9 +42,9 @@ batch), so the HNDL network takes ``timesteps[:, None]``: the same integer times
 (``input_dtype={"timestep": "int64"}``), one per example.
 
 Size of the description. The HNDL network is the 108 non-blank, non-comment lines of ``SOURCE``, one
-operator call or join per line. The same network as a trusted callable (``unet2d``: loops over the
-block types and two helpers, a ResNet block and an attention block, as diffusers writes it) is 53
-lines of code and resolves to the same plan, node for node (same semantic digest).
+operator call or join per line. The same network as a trusted callable (``unet`` in
+examples/diffusion_unet.py: loops over the block types and two helpers, a ResNet block and an
+attention block, as diffusers writes it) is 53 lines of code and resolves to the same plan, node for node (same semantic digest).
 The reference is what was read to learn what the model computes, counted with
 ``len(inspect.getsourcelines(obj)[0])`` (every line of the definition: code, docstrings, comments,
 blank lines) on diffusers 0.42.1: ``UNet2DModel`` 315 (diffusers.models.unets.unet_2d),
@@ -60,8 +60,10 @@ the HNDL text writes out only this one network, layer by layer.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,7 +71,6 @@ import torch.nn.functional as F
 from diffusers import UNet2DModel
 
 import hndl
-from hndl import ops
 from hndl.torch import network, restore
 
 CONFIG = dict(sample_size=16, in_channels=3, out_channels=3, block_out_channels=(32, 64), layers_per_block=1,
@@ -204,66 +205,14 @@ CONTRACT = dict(input_shape={"sample": ("B", 3, 16, 16), "timestep": ("B", 1)}, 
                 input_dtype={"timestep": "int64"})
 
 
-def unet2d(*, sample, timestep):
-    """The same network as a trusted callable, written the way diffusers builds it: loops over the
-    configuration's blocks and two helpers (a ResNet block, an attention block), unrolled at capture
-    into the very graph of ``SOURCE`` (same nodes, ids and order, so the same semantic digest)."""
-    widths, size, groups = CONFIG["block_out_channels"], CONFIG["sample_size"], CONFIG["norm_num_groups"]
-
-    def resnet_block(x, width_in, width, name):
-        ops.group_norm(x, groups, name=f"{name}_norm1")
-        ops.swish()
-        h = ops.conv(width, kernel_size=3, padding=1, name=f"{name}_conv1")
-        ops.channel_add(h, ops.linear(temb, name=f"{name}_time_emb_proj"))
-        ops.group_norm(groups, name=f"{name}_norm2")
-        ops.swish()
-        h = ops.conv(width, kernel_size=3, padding=1, name=f"{name}_conv2")
-        if width_in != width:
-            x = ops.conv(x, width, kernel_size=1, name=f"{name}_conv_shortcut")
-        return ops.add(x, h, name=name)
-
-    def attention_block(x, width, side, name):
-        ops.group_norm(x, groups, name=f"{name}_group_norm")
-        ops.reshape(width, side * side)
-        ops.transpose(1, 2)
-        ops.attention(width // CONFIG["attention_head_dim"], qkv="separate", name=name)
-        ops.transpose(1, 2)
-        return ops.add(x, ops.reshape(width, side, side), name=f"{name}_residual")
-
-    ops.timestep_embedding(timestep, widths[0], flip_sin_to_cos=True, downscale_freq_shift=0, name="time_proj")
-    ops.linear(4 * widths[0], name="time_linear_1")
-    ops.swish()
-    temb = ops.swish(ops.linear(4 * widths[0], name="time_linear_2"))
-
-    x = ops.conv(sample, widths[0], kernel_size=3, padding=1, name="conv_in")
-    width = widths[0]
-    skips = [(x, width)]
-    last = len(widths) - 1
-    for level, (kind, out) in enumerate(zip(CONFIG["down_block_types"], widths)):
-        for i in range(CONFIG["layers_per_block"]):
-            x, width = resnet_block(x, width, out, f"down{level}_res{i}"), out
-            if kind == "AttnDownBlock2D":
-                x = attention_block(x, width, size >> level, f"down{level}_attn{i}")
-            skips.append((x, width))
-        if level < last:
-            x = ops.conv(width, kernel_size=3, stride=2, padding=1, name=f"down{level}_downsample")
-            skips.append((x, width))
-    x = resnet_block(x, width, width, "mid_res0")
-    x = attention_block(x, width, size >> last, "mid_attn0")
-    x = resnet_block(x, width, width, "mid_res1")
-    for level, (kind, out) in enumerate(zip(CONFIG["up_block_types"], reversed(widths))):
-        for i in range(CONFIG["layers_per_block"] + 1):
-            skip, skip_width = skips.pop()
-            x = ops.concat(x, skip, name=f"up{level}_cat{i}")
-            x, width = resnet_block(x, width + skip_width, out, f"up{level}_res{i}"), out
-            if kind == "AttnUpBlock2D":
-                x = attention_block(x, width, size >> (last - level), f"up{level}_attn{i}")
-        if level < last:
-            ops.upsample(2)
-            x = ops.conv(width, kernel_size=3, padding=1, name=f"up{level}_upsample")
-    ops.group_norm(x, groups, name="conv_norm_out")
-    ops.swish()
-    return ops.conv(kernel_size=3, padding=1, name="conv_out")
+def _example_unet():
+    """``unet`` of examples/diffusion_unet.py: the same network as a trusted callable, written the way
+    diffusers builds it (loops over the configured blocks, a ResNet and an attention helper)."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "diffusion_unet.py"
+    spec = importlib.util.spec_from_file_location("diffusion_unet_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example.unet
 
 
 #: the reference's (diffusers) submodule -> our node, for every block that holds state
@@ -466,6 +415,6 @@ def test_the_scale_shift_variant_matches_diffusers():
 
 # -- the same network with loops -------------------------------------------------------------------------------
 def test_the_callable_with_loops_and_helpers_is_the_same_network():
-    text, captured = hndl.resolve(SOURCE, **CONTRACT), hndl.resolve_callable(unet2d, **CONTRACT)
+    text, captured = hndl.resolve(SOURCE, **CONTRACT), hndl.resolve_callable(_example_unet(), **CONTRACT)
     assert [node.id for node in captured.nodes] == [node.id for node in text.nodes]
     assert captured.semantic_digest == text.semantic_digest

@@ -33,7 +33,6 @@ from torch import nn
 import hndl
 from hndl.torch import restore
 
-torch_distributed = pytest.importorskip("torch.distributed")
 
 SOURCE = "conv(4, kernel_size=3, padding=1)\nrelu()\nflatten()\nlinear(16)\ngelu()\nlayer_norm()\nlinear()"
 CONTRACT = {"input_shape": ("B", 2, 6, 6), "output_shape": ("B", 3)}

@@ -29,7 +29,6 @@ from torch import nn
 
 from hndl.torch import network
 
-torch_distributed = pytest.importorskip("torch.distributed")
 
 SOURCE = ("linear(32)\nattention(4, kv_heads=2, causal=True, bias=False, qkv='separate', rope_theta=10000.0)\n"
           "layer_norm()\nlinear(24, trainable=False)\ngelu()\nlinear()")
