@@ -77,7 +77,7 @@ from ..errors import HNDLError
 from ..plan import ResolvedPlan, shape_table
 from . import state_watch
 from .module_hooks import hook_probe, hooks_registered
-from .ports import CONTRACT_REMEDY, FLOATING, Port, Step, autocast_dtypes, describe
+from .ports import CONTRACT_REMEDY, FLOATING, Port, Step, autocast_dtypes, describe, exactly_the_inputs
 from .programs import fast_program, outside_graph, signature, traced_program
 from .state_record import record_state, state_difference
 from .torch_edits import converted_from
@@ -531,16 +531,7 @@ class GraphModule(nn.Module):
         if loose is None:
             loose = autocast_dtypes(self._device)
         names = self._input_names
-        unknown = [name for name in inputs if name not in names]
-        missing = [name for name in names if name not in inputs]
-        if unknown or missing:
-            raise HNDLError(
-                "E_BINDING",
-                "runtime inputs must be exactly " + ", ".join(names)
-                + (f"; missing {', '.join(missing)}" if missing else "")
-                + (f"; undeclared {', '.join(unknown)}" if unknown else ""),
-                remedies=("Pass one tensor per declared input.",),
-            )
+        exactly_the_inputs(inputs, names, "runtime inputs")
         first = inputs[names[0]]
         if not isinstance(first, torch.Tensor) or first.dim() == 0:
             raise HNDLError(

@@ -36,10 +36,9 @@ import keyword
 from typing import Any, Mapping
 
 from torch import nn
-from torch.fx import Proxy
 
 from ..errors import HNDLError
-from .ports import call_slots
+from .ports import call_slots, exactly_the_inputs, sequence_outputs
 
 __all__ = ["PlainNetwork", "unsealed"]
 
@@ -129,16 +128,7 @@ class PlainNetwork(nn.Module):
                 raise HNDLError("E_BINDING", f"input {name!r} was given both positionally and by keyword",
                                 remedies=("Pass each input once.",))
             inputs[name] = value
-        missing = [name for name in names if name not in inputs]
-        unknown = [name for name in inputs if name not in names]
-        if missing or unknown:
-            raise HNDLError(
-                "E_BINDING",
-                "inputs must be exactly " + ", ".join(names)
-                + (f"; missing {', '.join(missing)}" if missing else "")
-                + (f"; undeclared {', '.join(unknown)}" if unknown else ""),
-                remedies=("Pass one tensor per declared input.",),
-            )
+        exactly_the_inputs(inputs, names)
         return inputs
 
     def __getitem__(self, node_id: str) -> nn.Module:
@@ -157,10 +147,9 @@ def _outputs(result: Any, names: tuple[str, ...], node_id: str) -> tuple:
         return (result,)
     if isinstance(result, Mapping) and set(result) == set(names):
         return tuple(result[name] for name in names)
-    if isinstance(result, (tuple, list)) and len(result) == len(names):
-        return tuple(result)
-    if isinstance(result, Proxy):  # fx: a leaf layer's several outputs, unpacked in the graph
-        return tuple(result[index] for index in range(len(names)))
+    values = sequence_outputs(result, len(names))
+    if values is not None:
+        return values
     raise HNDLError(
         "E_RUNTIME", f"node {node_id!r} returned {type(result).__name__}, expected {len(names)} value(s) for "
         f"{list(names)}", node=node_id,

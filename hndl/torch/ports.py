@@ -211,6 +211,31 @@ def call_slots(traits: frozenset, bound: tuple[str, ...]) -> Optional[tuple[Opti
     return tuple(position.get(port) for port in declared)
 
 
+def sequence_outputs(result: Any, count: int) -> Optional[tuple]:
+    """``count`` output values from a tuple or list of that length, or from an fx proxy of a leaf
+    module's several outputs (unpacked in the graph); None for anything else."""
+    if isinstance(result, (tuple, list)) and len(result) == count:
+        return tuple(result)
+    if isinstance(result, Proxy):
+        return tuple(result[index] for index in range(count))
+    return None
+
+
+def exactly_the_inputs(inputs: Mapping[str, Any], names: Sequence[str], what: str = "inputs") -> None:
+    """E_BINDING unless ``inputs`` names exactly the declared ``names``, listing what is missing
+    or undeclared."""
+    missing = [name for name in names if name not in inputs]
+    unknown = [name for name in inputs if name not in names]
+    if missing or unknown:
+        raise HNDLError(
+            "E_BINDING",
+            f"{what} must be exactly " + ", ".join(names)
+            + (f"; missing {', '.join(missing)}" if missing else "")
+            + (f"; undeclared {', '.join(unknown)}" if unknown else ""),
+            remedies=("Pass one tensor per declared input.",),
+        )
+
+
 def runtime_check_of(traits: frozenset) -> Optional[Callable]:
     """The declaration's ``runtime_check`` among a node's traits (``build.node_traits``), or None."""
     return next((trait for trait in traits if callable(trait)), None)
@@ -298,12 +323,12 @@ class Step:
                     **self.location,
                 )
             return tuple(result[name] for name in names)
-        if isinstance(result, (tuple, list)) and len(result) == len(names):
-            return tuple(result)
-        if isinstance(result, Proxy):  # fx: a leaf module's several outputs, unpacked in the graph
-            return tuple(result[index] for index in range(len(names)))
-        raise HNDLError(
-            "E_RUNTIME",
-            f"node {self.node.id!r} returned {type(result).__name__}, expected {len(names)} tensor(s) for {list(names)}",
-            **self.location,
-        )
+        values = sequence_outputs(result, len(names))
+        if values is None:
+            raise HNDLError(
+                "E_RUNTIME",
+                f"node {self.node.id!r} returned {type(result).__name__}, expected {len(names)} tensor(s) for "
+                f"{list(names)}",
+                **self.location,
+            )
+        return values
