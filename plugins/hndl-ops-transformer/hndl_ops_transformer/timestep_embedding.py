@@ -12,6 +12,8 @@ from hndl import Arg, Example, HNDLError, operator
 from hndl.declaration import TorchSpelling
 from hndl.arg import MAX_EXTENT
 
+from .rotary import apply_keeping_float32
+
 
 def _degenerate(dims: int, shift: float) -> str:
     return (f"timestep_embedding divides by dims // 2 - downscale_freq_shift = {dims // 2} - {shift} = 0 "
@@ -143,15 +145,12 @@ class TimestepEmbedding(nn.Module):
                              persistent=False)
 
     def _apply(self, fn, recurse: bool = True):
-        kept = self.frequencies
-        # Where ``fn`` sends the output dtype (a cast moves it, a device move keeps it).
-        probe = fn(torch.empty(0, dtype=self.out_dtype, device=kept.device))
-        result = super()._apply(fn, recurse)
-        moved = self._buffers["frequencies"]
+        # Where ``fn`` sends the output dtype (a cast moves it, a device move keeps it); the
+        # frequencies themselves stay float32, as rotary_embedding's do.
+        probe = fn(torch.empty(0, dtype=self.out_dtype, device=self.frequencies.device))
+        result = apply_keeping_float32(self, "frequencies", super()._apply, fn, recurse)
         if probe.is_floating_point():
             self.out_dtype = probe.dtype
-        if moved.dtype != kept.dtype:  # a floating cast: the frequencies stay float32, on the new device
-            self._buffers["frequencies"] = kept.to(device=moved.device)
         return result
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
